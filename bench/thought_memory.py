@@ -13,6 +13,7 @@ retrieval = FAISS top-K over chunks ∪ thoughts + fetching the K items from SQL
 
     nice -n 10 python bench/thought_memory.py                         # 10k, 100k, 1M
     nice -n 10 python bench/thought_memory.py --sizes 10000 --ops 50  # quick
+    nice -n 10 python bench/thought_memory.py --index hnsw --sizes 10000 100000   # approximate index
 """
 
 from __future__ import annotations
@@ -124,7 +125,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--dim", type=int, default=384)
-    ap.add_argument("--ops", type=int, default=200, help="insertions and retrievals timed on our store")
+    ap.add_argument("--ops", type=int, nargs="+", default=[200, 200, 100],
+                    help="insertions and retrievals timed on our store, per size (the last value repeats)")
     ap.add_argument("--baseline-ops", type=int, nargs="+", default=[50, 20, 5],
                     help="timed operations of the (slow) official approach, per size")
     ap.add_argument("--k", type=int, default=8)
@@ -138,13 +140,15 @@ def main() -> None:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="thought_memory_bench_"))
     workdir.mkdir(parents=True, exist_ok=True)
     base_ops = (args.baseline_ops + [args.baseline_ops[-1]] * len(args.sizes))[: len(args.sizes)]
+    ops = (args.ops + [args.ops[-1]] * len(args.sizes))[: len(args.sizes)]
     rows = []
     print(f"random unit vectors, dim {args.dim}, K={args.k}, eps={args.epsilon}, index={args.index}; "
-          f"medians over {args.ops} ops (ours) / {base_ops} ops (official approach)")
+          f"medians over {ops} ops (ours) / {base_ops} ops (official approach); "
+          f"torch threads {torch.get_num_threads()}, faiss threads {faiss.omp_get_max_threads()}")
     print(f"{'items':>9} | {'insert ours ms':>14} {'official ms':>12} {'ratio':>8} | "
           f"{'retrieve ours ms':>16} {'official ms':>12} {'ratio':>8} | {'bulk load s':>11} {'reopen s':>9}")
-    for n, b in zip(args.sizes, base_ops):
-        r = bench_size(n, args.dim, args.ops, b, args.k, args.epsilon, workdir, args.index, args.seed)
+    for n, o, b in zip(args.sizes, ops, base_ops):
+        r = bench_size(n, args.dim, o, b, args.k, args.epsilon, workdir, args.index, args.seed)
         rows.append(r)
         print(f"{n:>9} | {r['ours_insert_ms']:>14.2f} {r['official_insert_ms']:>12.1f} {r['insert_speedup']:>7.0f}x | "
               f"{r['ours_retrieve_ms']:>16.2f} {r['official_retrieve_ms']:>12.1f} {r['retrieve_speedup']:>7.0f}x | "

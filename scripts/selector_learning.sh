@@ -13,19 +13,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-outputs/selector_learning}
 # Training size, sized from the measured cost on 2 heavily shared cores (docs/selector.md): LoRA on SmolLM2's
-# top 8 of 30 decoder layers (the backward pass stops there) over frozen bf16 base weights, the first 240 pairs of
-# the balanced SFT file, 1 epoch = 60 steps of 4.
-TRAIN_PAIRS=${TRAIN_PAIRS:-240}
+# top 8 of 30 decoder layers (the backward pass stops there) over frozen bf16 base weights, the whole balanced
+# SFT file (632 pairs), 1 epoch = 158 steps of 4. OMP_NUM_THREADS=1 when the cores are oversubscribed (measured
+# 5x faster than 2 threads at load ~20).
+TRAIN_PAIRS=${TRAIN_PAIRS:-null}
 EPOCHS=${EPOCHS:-1}
-LORA=${LORA:-"sft.lora.enabled=true sft.lora.r=16 sft.lora.alpha=32 sft.learning_rate=2e-4 sft.model_dtype=bfloat16 \
+LORA=${LORA:-"sft.lora.enabled=true sft.lora.r=16 sft.lora.alpha=32 sft.learning_rate=3e-4 sft.model_dtype=bfloat16 \
 sft.lora.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj] \
 sft.lora.layers_to_transform=[22,23,24,25,26,27,28,29]"}
 SFT_EXTRA=${SFT_EXTRA:-}
 mkdir -p "$OUT"
 
 if [ ! -f "$OUT/pairs/stats.json" ]; then
-  python scripts/build_selector_eval_pairs.py --out-dir "$OUT/pairs" --max-queries 200 --pos-per-query 2 \
-    --neg-per-query 3 --test-fraction 0.3 --max-abstract-chars 600 --seed 0 --rebuild-index
+  python scripts/build_selector_eval_pairs.py --out-dir "$OUT/pairs" --max-queries 400 --pos-per-query 2 \
+    --neg-per-query 3 --negatives before --test-fraction 0.3 --max-abstract-chars 600 --seed 0 --rebuild-index
 fi
 
 # shellcheck disable=SC2086

@@ -16,6 +16,7 @@
 
 _scholar_forward_preemption() {  # <child pid> <signal name>
     _SCHOLAR_PREEMPTED=1
+    _SCHOLAR_TRAPPED=1
     echo "[requeue_glue] $(date +%T) caught SIG$2 in the batch shell of job ${SLURM_JOB_ID:-?}: SIGTERM -> pid $1" >&2
     kill -TERM "$1" 2>/dev/null || true
 }
@@ -31,9 +32,18 @@ run_preemptible() {  # run_preemptible <command...>: run it, forward USR1/USR2/T
     trap "_scholar_forward_preemption $child TERM" TERM
     while :; do
         rc=0
+        _SCHOLAR_TRAPPED=0
         wait "$child" || rc=$?   # (`|| rc=$?` also keeps `set -e` from ending the script here)
-        # `wait` returns 128+N when a trapped signal interrupts it; the child is still running then.
-        kill -0 "$child" 2>/dev/null || break
+        # `wait` returns 128+N at once when a trapped signal interrupts it; the child may still be running then.
+        kill -0 "$child" 2>/dev/null && continue
+        # If it died meanwhile, reap it again so the status is the child's own (75 = checkpointed), not the
+        # signal that interrupted the wait.
+        if [[ $_SCHOLAR_TRAPPED -eq 1 ]]; then
+            local real=0
+            wait "$child" 2>/dev/null || real=$?
+            [[ $real -ne 127 ]] && rc=$real
+        fi
+        break
     done
     trap - USR1 USR2 TERM
     job="${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}"

@@ -9,7 +9,14 @@ import random
 import pytest
 
 from scholar_agents.eval.rouge import rouge_l_f1
-from scholar_agents.eval.winrate import PairOutcome, bootstrap_ci, judge_pairs, parse_verdict, summarize
+from scholar_agents.eval.winrate import (
+    PairOutcome,
+    bootstrap_ci,
+    judge_pairs,
+    parse_verdict,
+    soft_scores,
+    summarize,
+)
 from scholar_agents.thought.prompts import judge_prompt
 
 
@@ -54,6 +61,14 @@ def test_win_rate_counts_both_orders_ties_and_position_inconsistency():
     assert s["win_rate"] == pytest.approx((1 + 1 + 0 + 0.5 + 0.5 + 0.5 + 0.75 + 1) / 8)
     assert s["ci_low"] <= s["win_rate"] <= s["ci_high"] and 0 <= s["ci_low"] and s["ci_high"] <= 1
     assert summarize([PairOutcome(None, None)])["win_rate"] != summarize([PairOutcome(None, None)])["win_rate"]  # NaN
+
+
+def test_soft_scores_cancel_a_constant_position_preference():
+    biased = ("P(1)=0.8000 P(2)=0.2000", "P(1)=0.8000 P(2)=0.2000")  # "1" whatever is shown first
+    prefers_a = ("P(1)=0.9 P(2)=0.1", "P(1)=0.3 P(2)=0.7")  # A first: 0.9 for A; B first: 0.7 for A
+    prefers_b = ("P(1)=0.2 P(2)=0.6", "P(1)=0.5 P(2)=0.3")  # renormalised over the two verdicts
+    assert soft_scores([biased, prefers_a, prefers_b, ("garbage", "P(1)=1 P(2)=0")]) == pytest.approx(
+        [0.5, 0.8, 0.5 * (0.25 + 0.375)])
 
 
 def test_bootstrap_ci_narrows_with_more_items():

@@ -10,6 +10,7 @@ backend, response cache, parsers, paper store and search. The tiny random Qwen2 
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 from collections import Counter
@@ -86,6 +87,12 @@ class _Teacher(BaseHTTPRequestHandler):
     def do_POST(self):
         req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         _Teacher.calls["completions"] += 1
+        if "logprob_token_ids" in req:  # vLLM's exact next-token log-probabilities: the teacher's P("True")
+            p_true = 0.7 if teacher_answer(req["prompt"]).startswith("True") else 0.2
+            ids = req["logprob_token_ids"]  # [id of "True", id of "False"]
+            top = {f"token_id:{ids[0]}": math.log(p_true), f"token_id:{ids[1]}": math.log(0.9 - p_true)}
+            self._send({"choices": [{"index": 0, "text": "", "logprobs": {"top_logprobs": [top]}}]})
+            return
         self._send({"choices": [{"index": 0, "text": teacher_answer(req["prompt"]), "finish_reason": "stop"}]})
 
 
@@ -170,7 +177,8 @@ def test_autoscholarquery_end_to_end_and_resume(teacher_url, corpus, tmp_path):
 
 def test_crawler_sessions_end_to_end(teacher_url, corpus, tmp_path):
     out = tmp_path / "cs"
-    overrides = [f"out_dir={out}", "limit=20", "data_gen.shard_size=8", *corpus, *SEARCH, *_teacher_llm(teacher_url, tmp_path)]
+    overrides = [f"out_dir={out}", "limit=20", "data_gen.shard_size=8", *corpus, *SEARCH,
+                 *_teacher_llm(teacher_url, tmp_path)]
     res = crawler_sessions(compose("data_gen_crawler_sessions", overrides))
     st = res["stats"]
     c = st["counts"]
@@ -199,35 +207,54 @@ def test_crawler_sessions_end_to_end(teacher_url, corpus, tmp_path):
     assert _rows(out / "train.jsonl") == rows
 
 
-def test_selector_pairs_end_to_end(teacher_url, corpus, tmp_path):
-    out = tmp_path / "sp"
-    overrides = [f"out_dir={out}", "limit=24", "data_gen.shard_size=12", "data_gen.max_negative_candidates=3",
-                 "data_gen.eval_fraction=0.25", *corpus, *SEARCH, *_teacher_llm(teacher_url, tmp_path)]
-    st = selector_pairs(compose("data_gen_selector_pairs", overrides))["stats"]
-    c = st["counts"]
-    train, held = _rows(out / "train.jsonl"), _rows(out / "eval.jsonl")
-    assert not {r["meta"]["qid"] for r in train} & {r["meta"]["qid"] for r in held}
-    rows = train + held
-    assert len(rows) == st["pairs"] == c.get("positive_pairs", 0) + c.get("negative_pairs", 0)
-    assert c["positive_pairs"] > 0 and c["negative_pairs"] > 0
-    assert c["positive_rejected_teacher_false"] > 0  # the paper's rule: contradicting the label -> rejected
-    assert c.get("negative_dropped_teacher_selected", 0) > 0
+def _check_pairs(rows):
     for r in rows:
         user, answer = r["messages"]
         assert user["content"].startswith("You are an elite researcher in the field of AI, conducting research on")
         j = parse_judgement(answer["content"])
         assert answer["content"].split("\n")[0] in ("True", "False")  # decision token first
         assert j.decision == r["meta"]["label"] == (r["meta"]["kind"] == "positive")
-        assert answer["content"].split("\n")[1].startswith("Reason: ")
+        assert answer["content"].split("\n")[1].startswith("Reason: ") and j.rationale
         if r["meta"]["kind"] == "negative":
             assert r["meta"]["paper_id"] not in _gold_ids(r["meta"]["qid"])
 
-    # keep_rejected_positives: the rejected positives come back with a rationale forced to True, counted.
-    out2 = tmp_path / "sp_keep"
-    st2 = selector_pairs(compose("data_gen_selector_pairs", [o.replace(str(out), str(out2)) for o in overrides]
-                                 + ["data_gen.keep_rejected_positives=true"]))["stats"]
-    assert st2["counts"]["positive_pairs_forced_true"] == c["positive_rejected_teacher_false"]
-    assert st2["counts"]["positive_pairs"] == c["positive_pairs"] + c["positive_rejected_teacher_false"]
+
+def test_selector_pairs_end_to_end(teacher_url, corpus, tmp_path):
+    base = ["limit=24", "data_gen.shard_size=12", "data_gen.max_negative_candidates=3", *corpus, *SEARCH,
+            *_teacher_llm(teacher_url, tmp_path)]
+
+    # The paper's procedure: the teacher writes decision + rationale; contradicting decisions are dropped.
+    out = tmp_path / "sp"
+    paper_rule = ["data_gen.keep_rejected_positives=false", "data_gen.keep_selected_negatives=false"]
+    st = selector_pairs(compose("data_gen_selector_pairs", [f"out_dir={out}", "data_gen.decision_source=generate",
+                                                            "data_gen.eval_fraction=0.25", *base, *paper_rule]))["stats"]
+    c = st["counts"]
+    train, held = _rows(out / "train.jsonl"), _rows(out / "eval.jsonl")
+    assert not {r["meta"]["qid"] for r in train} & {r["meta"]["qid"] for r in held}
+    assert len(train) + len(held) == st["pairs"] == c["positive_pairs"] + c["negative_pairs"]
+    assert c["positive_pairs"] > 0 and c["negative_pairs"] > 0
+    assert c["positive_rejected_teacher_false"] > 0  # contradicts the AutoScholarQuery label -> rejected
+    assert c["negative_dropped_teacher_selected"] > 0  # the teacher selects it -> not a negative
+    _check_pairs(train + held)
+
+    # next_token: decisions from the teacher's P("True"), rationales generated after them; the scripted teacher's
+    # probabilities agree with its written decisions, so with the paper's rule the same pairs come out.
+    st2 = selector_pairs(compose("data_gen_selector_pairs", [f"out_dir={tmp_path / 'nt'}", *base, *paper_rule]))
+    c2 = st2["stats"]["counts"]
+    assert c2["teacher_next_token_prompts"] == c2["teacher_judgement_prompts"] == c["teacher_judgement_prompts"]
+    rows2 = _rows(tmp_path / "nt" / "train.jsonl")
+    _check_pairs(rows2)
+    assert {(r["meta"]["qid"], r["meta"]["paper_id"]) for r in rows2} == \
+        {(r["meta"]["qid"], r["meta"]["paper_id"]) for r in train + held}
+
+    # The CPU preset (small teachers): labels from the data, the teacher's disagreements kept with a rationale
+    # written for the data's label, and counted.
+    c3 = selector_pairs(compose("data_gen_selector_pairs", [f"out_dir={tmp_path / 'cpu'}", *base]))["stats"]["counts"]
+    assert c3["positive_pairs_forced_true"] == c["positive_rejected_teacher_false"]
+    assert c3["negative_pairs_forced_false"] == c["negative_dropped_teacher_selected"]
+    assert c3["positive_pairs"] == c["positive_pairs"] + c["positive_rejected_teacher_false"]
+    assert c3["negative_pairs"] == c["negative_pairs"] + c["negative_dropped_teacher_selected"]
+    _check_pairs(_rows(tmp_path / "cpu" / "train.jsonl"))
 
 
 def _gold_ids(qid):

@@ -101,7 +101,7 @@ def test_real_malformed_outputs(path, exp):
         tq = parse_teacher_queries(text, max_queries=5)
         assert (tq.failure is None) == exp["usable"], tq
         if exp["usable"]:
-            assert len(tq.queries) == exp["n_items"]
+            assert tq.queries == exp["queries"] and len(tq.queries) == exp["n_items"]
             assert sorted(tq.repairs) == sorted(exp["repairs"])
         return
     r = lj.parse_llm_json(text, expect="array", items="object")

@@ -36,7 +36,8 @@ def _unarxive_record():
     subsection, cite spans, a formula span, bib entries linked by ids / contained ids / text."""
     return {
         "paper_id": "2212.11803",
-        "metadata": {"title": "Adder  networks", "versions": [{"version": "v1", "created": "Thu, 22 Dec 2022 05:01:02 GMT"}]},
+        "metadata": {"title": "Adder  networks",
+                     "versions": [{"version": "v1", "created": "Thu, 22 Dec 2022 05:01:02 GMT"}]},
         "body_text": [
             {"section": "Introduction", "sec_number": "1", "content_type": "paragraph", "text": "Intro {{cite:a}}."},
             {"section": "Context and related work", "sec_number": "2", "content_type": "paragraph",
@@ -146,8 +147,10 @@ Transformers~\citep[see][p.~3]{vaswani, devlin} changed NLP.
 \bibliography{refs}
 \end{document}""")
     bib = tmp_path / "refs.bib"
-    bib.write_text("""@inproceedings{vaswani, title={Attention Is {All} You Need}, eprint={1706.03762}, archivePrefix={arXiv}}
-@article{devlin, title = "{BERT}: Pre-training of Deep Bidirectional Transformers", journal={arXiv preprint arXiv:1810.04805}}
+    bib.write_text("""@inproceedings{vaswani, title={Attention Is {All} You Need}, eprint={1706.03762},
+  archivePrefix={arXiv}}
+@article{devlin, title = "{BERT}: Pre-training of Deep Bidirectional Transformers",
+  journal={arXiv preprint arXiv:1810.04805}}
 @misc{karpukhin, title={Dense Passage Retrieval for Open-Domain Question Answering}, year=2020}
 """)
     (p,) = passages_from_latex(LatexSource(str(tex), str(bib), "2101.00001", "Ours"), headings=H, max_chars=5000)
@@ -159,7 +162,8 @@ Transformers~\citep[see][p.~3]{vaswani, devlin} changed NLP.
                                                          ("karpukhin", None), ("missing", None)]
     assert p.citations[0].title == "Attention Is All You Need" and p.citations[3].title is None
     mapping = tmp_path / "refs.json"
-    mapping.write_text(json.dumps({"vaswani": "Attention Is All You Need", "devlin": {"title": "BERT", "arxiv_id": "1810.04805"}}))
+    mapping.write_text(json.dumps({"vaswani": "Attention Is All You Need",
+                                   "devlin": {"title": "BERT", "arxiv_id": "1810.04805"}}))
     plain = tmp_path / "rw.txt"
     plain.write_text("Attention \\cite{vaswani} and BERT \\cite{devlin}.")
     (q,) = passages_from_latex(LatexSource(str(plain), str(mapping), "x", date="2020-05-01"), headings=H, max_chars=500)

@@ -15,7 +15,13 @@ from scholar_agents.pasa.selector import Selector
 from scholar_agents.train.ppo.config import PPOConfig
 from scholar_agents.train.ppo.rewards import RewardConfig
 from scholar_agents.train.ppo.rollout import (
-    INVALID, QuerySampler, action_steps, build_samples, collect_sessions, gold_sets, reward_stats,
+    INVALID,
+    QuerySampler,
+    action_steps,
+    build_samples,
+    collect_sessions,
+    gold_sets,
+    reward_stats,
 )
 from scholar_agents.train.ppo.session_returns import session_returns
 from scholar_agents.train.ppo.trainer import session_targets

@@ -188,8 +188,8 @@ def test_lora_reference_is_the_disabled_adapter_and_the_engine_gets_merged_weigh
 def test_torchrun_two_processes_match_one_process(tiny_model_dir, ppo_papers, tmp_path):
     """One PPO step (co-training) with 2 gloo processes x 2 queries == 1 process x 4 queries (same global batch,
     greedy rollouts, no expansion): same losses and the same weights, within float tolerance."""
-    ppo = dict(policy_freeze_steps=0, total_steps=1, temperature=0.0, expand_sessions="[]", forward_batch_size=1,
-               grad_accum=4, ppo_epochs=1)
+    ppo = {"policy_freeze_steps": 0, "total_steps": 1, "temperature": 0.0, "expand_sessions": "[]",
+           "forward_batch_size": 1, "grad_accum": 4, "ppo_epochs": 1}
     common = tiny_overrides(tiny_model_dir, ppo_papers, tmp_path, **ppo)
     common = [o for o in common if not o.startswith(("paths.output_dir", "ppo.queries_per_step"))]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled"}

@@ -3,8 +3,8 @@ round trips (safetensors), and the padding layout PPO reads values and log-probs
 
 import torch
 
-from scholar_agents.train.ppo.value_model import PolicyAndValue, ValueModel, build_value
 from scholar_agents.train.ppo.trainer import pack, response_logprobs, response_values
+from scholar_agents.train.ppo.value_model import PolicyAndValue, ValueModel, build_value
 
 
 def test_value_model_forward_save_load(tiny_model_dir, tmp_path):
@@ -26,8 +26,7 @@ def test_shared_head_saves_only_the_head_and_detaches_when_frozen(tiny_model_dir
     m = build_value("shared", policy, str(tiny_model_dir), torch.float32, seed=0)
     assert m.shared and m.value is None
     b = pack([([5, 6, 7], [8, 9])], pad_id=0, device="cpu")
-    logits, values = m(b.input_ids, b.attention_mask, b.position_ids, n_logits=b.width + 1,
-                       freeze_shared_backbone=True)
+    _, values = m(b.input_ids, b.attention_mask, b.position_ids, n_logits=b.width + 1, freeze_shared_backbone=True)
     values.sum().backward()
     assert m.value_head.weight.grad is not None
     assert all(p.grad is None for p in policy.parameters())  # frozen: only the head learns

@@ -86,7 +86,7 @@ class SplitConfig:
 
 @dataclass
 class AutoScholarQueryConfig:
-    """``data_gen`` group schema of ``scholar data_gen autoscholarquery``. Presets: ``conf/data_gen/autoscholarquery*.yaml``."""
+    """``data_gen`` schema of ``scholar data_gen autoscholarquery`` (presets: ``conf/data_gen/autoscholarquery*``)."""
 
     inputs: AutoScholarQueryInputs = field(default_factory=AutoScholarQueryInputs)
     related_work_headings: list[str] = field(default_factory=lambda: list(DEFAULT_RELATED_WORK_HEADINGS))
@@ -158,7 +158,8 @@ def collect_passages(dg: AutoScholarQueryConfig | DictConfig) -> tuple[list[Cite
 
 def render_prompt(passage: CitedPassage, examples: list[FewShotExample]) -> list[dict[str, str]]:
     """Table 16 as a one-message chat."""
-    shots = "".join(AUTOSCHOLARQUERY_EXAMPLE.format(section=e.section.strip(), output=e.output.strip()) for e in examples)
+    shots = "".join(AUTOSCHOLARQUERY_EXAMPLE.format(section=e.section.strip(), output=e.output.strip())
+                    for e in examples)
     content = AUTOSCHOLARQUERY_GENERATION.format(examples=shots, section=passage.section_text())
     return [{"role": "user", "content": content}]
 

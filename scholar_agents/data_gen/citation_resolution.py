@@ -67,8 +67,11 @@ class CitationResolver:
                 return Resolution(work.arxiv_id, work.title or "", BIB_ID_NOT_IN_STORE, False)
         if work.title:
             exact = self.store.match_title(work.title, fuzzy=False)
-            match = exact or (self.store.match_title(work.title, fuzzy=True, min_score=c.min_score) if c.fuzzy else None)
+            match = exact
+            if match is None and c.fuzzy:
+                match = self.store.match_title(work.title, fuzzy=True, min_score=c.min_score)
             if match is not None:
                 pid = match[0]
-                return Resolution(pid, self._paper_title(pid) or work.title, TITLE_EXACT if exact else TITLE_FUZZY, True)
+                method = TITLE_EXACT if exact else TITLE_FUZZY
+                return Resolution(pid, self._paper_title(pid) or work.title, method, True)
         return Resolution(None, work.title or "", UNRESOLVED, False)

@@ -32,11 +32,14 @@ from scholar_agents.pasa.actions import EXPAND, SEARCH, render_response
 from scholar_agents.pasa.queries import ScholarQuery, load_pasa_queries
 
 log = logging.getLogger(__name__)
+# Settings that change which items are read or how the output is assembled, not what a shard holds (the shards'
+# item keys guard those): a re-run with other values still resumes.
+_NOT_IN_FINGERPRINT = ("queries", "eval_fraction", "shard_size")
 
 
 @dataclass
 class CrawlerSessionsConfig:
-    """``data_gen`` group schema of ``scholar data_gen crawler_sessions``. Presets: ``conf/data_gen/crawler_sessions*.yaml``."""
+    """``data_gen`` schema of ``scholar data_gen crawler_sessions`` (presets: ``conf/data_gen/crawler_sessions*``)."""
 
     queries: str = "${paths.sample_dir}/autoscholarquery_dev.jsonl"  # PaSa-format queries (the train split in PaSa)
     search_sessions: bool = True
@@ -175,7 +178,7 @@ def crawler_sessions(cfg: DictConfig) -> dict:
     out_dir = Path(str(cfg.out_dir))
     queries = load_pasa_queries(str(dg.queries), limit=cfg.get("limit"))
     fingerprint = {"task": "crawler_sessions", "model": str(cfg.llm.model), "backend": str(cfg.llm.backend),
-                   "seed": int(cfg.seed), "data_gen": {k: dg[k] for k in dg if k != "queries"},
+                   "seed": int(cfg.seed), "data_gen": {k: dg[k] for k in dg if k not in _NOT_IN_FINGERPRINT},
                    "env": dict(cfg.crawler.env), "search": dict(cfg.search) if "search" in cfg else None}
     run = ShardedRun(out_dir, fingerprint, overwrite=bool(cfg.get("overwrite", False)))
     store, search = open_corpus(cfg)

@@ -78,7 +78,8 @@ class SelectorExample:
 
     def prompt_matches_ours(self) -> bool:
         """Whether the released prompt is byte-identical to ``pasa.prompts.selector_messages``."""
-        return selector_messages(self.user_query, self.title, self.abstract)[0]["content"] == self.messages[0]["content"]
+        ours = selector_messages(self.user_query, self.title, self.abstract)[0]["content"]
+        return ours == self.messages[0]["content"]
 
 
 def load_sft_selector(path: str | Path, limit: int | None = None) -> Iterator[SelectorExample]:

@@ -22,30 +22,40 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 from omegaconf import DictConfig
 
 from scholar_agents.data_gen.shards import LazyLLM, ShardedRun, held_out_keys, run_shards, write_json, write_jsonl
 from scholar_agents.data_gen.teacher_queries import generate_teacher_queries
 from scholar_agents.papers.paper import Paper
 from scholar_agents.papers.titles import TitleMatcher
-from scholar_agents.pasa.prompts import SELECTOR_TRUE, selector_messages, selector_target
+from scholar_agents.pasa.prompts import SELECTOR_FALSE, SELECTOR_TRUE, selector_messages, selector_target
 from scholar_agents.pasa.queries import ScholarQuery, load_pasa_queries
-from scholar_agents.pasa.selector import parse_judgement, truncate_abstract
+from scholar_agents.pasa.selector import Judgement, parse_judgement, truncate_abstract
 
 log = logging.getLogger(__name__)
+# Settings that change which items are read or how the output is assembled, not what a shard holds (the shards'
+# item keys guard those): a re-run with other values still resumes.
+_NOT_IN_FINGERPRINT = ("queries", "eval_fraction", "shard_size")
 
 POSITIVE, NEGATIVE = "positive", "negative"
 
 
 @dataclass
 class SelectorPairsConfig:
-    """``data_gen`` group schema of ``scholar data_gen selector_pairs``. Presets: ``conf/data_gen/selector_pairs*.yaml``."""
+    """``data_gen`` schema of ``scholar data_gen selector_pairs``. Presets: ``conf/data_gen/selector_pairs*.yaml``."""
 
     queries: str = "${paths.sample_dir}/autoscholarquery_dev.jsonl"  # PaSa-format queries (the train split in PaSa)
     # Positives. B: "for each user query and one of its corresponding papers" -> one gold paper per query;
     # null = every gold paper in the store.
     positives_per_query: Optional[int] = 1
     keep_rejected_positives: bool = False  # true for small teachers: keep, with a rationale forced to True (ours)
+    # Ours, for small teachers: a queued non-gold paper the teacher selects stays a negative, with a rationale forced
+    # to False (the paper drops it: the teacher may be right that it is relevant). Counted.
+    keep_selected_negatives: bool = False
+    # generate = the paper (the teacher writes the decision token then the rationale); next_token = ours for small
+    # teachers that answer with prose: decision from P("True") vs P("False"), rationale generated after it.
+    decision_source: str = "generate"
     require_abstract: bool = True  # a title-only paper gives the Selector nothing to judge (counted when skipped)
     # Negatives: the simulated crawl
     negatives: bool = True
@@ -71,7 +81,8 @@ def _pair_row(q: ScholarQuery, paper: Paper, kind: str, decision: bool, rational
     messages = selector_messages(q.question, paper.title, abstract)
     messages.append({"role": "assistant", "content": selector_target(decision, rationale)})
     return {"messages": messages,
-            "meta": {"kind": kind, "label": decision, "qid": q.qid, "user_query": q.question, "paper_id": paper.paper_id,
+            "meta": {"kind": kind, "label": decision, "qid": q.qid, "user_query": q.question,
+                     "paper_id": paper.paper_id,
                      "teacher_output": teacher_text, "forced_decision": forced}}
 
 
@@ -99,6 +110,39 @@ def _candidates(search, store, queries: list[ScholarQuery], teacher, dg, stats: 
             stats["crawl_expanded_papers"] += len([c for c in cited if c not in ids])
             ids += [c for c in cited if c not in ids]
     return found
+
+
+def forced_rationales(llm, prompts: list, decisions: list[bool], params) -> list[str]:
+    """The teacher's rationale for a decision fixed in advance: the chat rendered with the answer's start
+    ("True\nReason:" / "False\nReason:") and continued by the model."""
+    starts = [llm.render(p) + f"{SELECTOR_TRUE if d else SELECTOR_FALSE}\nReason:" for p, d in zip(prompts, decisions)]
+    return [" ".join(g.completions[0].text.split()) for g in llm.generate(starts, params)] if starts else []
+
+
+def judge(llm, prompts: list, params, source: str, stats: Counter) -> list[tuple[Judgement, str]]:
+    """The teacher's decision and rationale for each Table 15 prompt.
+
+    ``generate`` (the paper): the teacher writes "True/False\nReason: ..."; an answer that does not start with a
+    decision is unparseable (counted). ``next_token`` (ours, for small teachers that answer Table 15 with prose):
+    the decision is the Selector's own rule — P("True") vs P("False") at the answer's first position (§4.3,
+    normalised over the two) — and the rationale is generated after that decision token."""
+    if source == "generate":
+        gens = llm.generate(prompts, params)
+        stats["teacher_judgement_prompts"] += len(prompts)
+        return [(parse_judgement(g.completions[0].text), g.completions[0].text) for g in gens]
+    if source != "next_token":
+        raise ValueError(f"data_gen.decision_source must be 'generate' or 'next_token', got {source!r}")
+    probs = np.asarray(llm.next_token_probs(prompts, [SELECTOR_TRUE, SELECTOR_FALSE]), dtype=np.float64)
+    stats["teacher_next_token_prompts"] += len(prompts)
+    p_true = probs[:, 0] / np.maximum(probs.sum(axis=1), 1e-12)
+    decisions = [bool(p >= 0.5) for p in p_true]
+    rationales = forced_rationales(llm, prompts, decisions, params)
+    stats["teacher_judgement_prompts"] += len(prompts)
+    out = []
+    for d, r in zip(decisions, rationales):
+        text = f"{SELECTOR_TRUE if d else SELECTOR_FALSE}\nReason: {r}"
+        out.append((Judgement(decision=d, rationale=r, text=text), text))
+    return out
 
 
 def pairs_for_shard(llm, search, store, queries: list[ScholarQuery], dg, seed: int) -> tuple[list[dict], dict]:
@@ -148,25 +192,25 @@ def pairs_for_shard(llm, search, store, queries: list[ScholarQuery], dg, seed: i
     abstracts = [truncate_abstract(p.abstract, dg.max_abstract_chars) for _, p, _ in jobs]
     prompts = [selector_messages(q.question, p.title, a) for (q, p, _), a in zip(jobs, abstracts)]
     params = SamplingParams(max_new_tokens=int(dg.judge_max_new_tokens), temperature=float(dg.temperature), seed=seed)
-    gens = llm.generate(prompts, params)
-    stats["teacher_judgement_prompts"] += len(prompts)
+    judgements = judge(llm, prompts, params, str(dg.decision_source), stats)
     rows: list[dict] = []
     forced_jobs: list[int] = []
-    for i, ((q, p, kind), gen) in enumerate(zip(jobs, gens)):
-        text = gen.completions[0].text
-        j = parse_judgement(text)
+    keep = {POSITIVE: bool(dg.keep_rejected_positives), NEGATIVE: bool(dg.keep_selected_negatives)}
+    for i, ((q, p, kind), (j, text)) in enumerate(zip(jobs, judgements)):
         if j.decision is None:
             stats[f"{kind}_unparseable_decision"] += 1
-            if kind == POSITIVE and dg.keep_rejected_positives:
+            if keep[kind]:
                 forced_jobs.append(i)
             continue
         if kind == POSITIVE and not j.decision:
             stats["positive_rejected_teacher_false"] += 1
-            if dg.keep_rejected_positives:
+            if keep[kind]:
                 forced_jobs.append(i)
             continue
         if kind == NEGATIVE and j.decision:
             stats["negative_dropped_teacher_selected"] += 1
+            if keep[kind]:
+                forced_jobs.append(i)
             continue
         if not j.rationale and dg.require_rationale:
             stats[f"{kind}_without_rationale"] += 1
@@ -174,19 +218,20 @@ def pairs_for_shard(llm, search, store, queries: list[ScholarQuery], dg, seed: i
         rows.append(_pair_row(q, p, kind, j.decision, j.rationale or "-", abstracts[i], text, False))
         stats[f"{kind}_pairs"] += 1
     if forced_jobs:
-        # The teacher writes the rationale of a decision fixed to True: the chat rendered with the answer's start.
-        forced_prompts = [llm.render(prompts[i]) + f"{SELECTOR_TRUE}\nReason:" for i in forced_jobs]
-        forced = llm.generate(forced_prompts, params)
-        stats["teacher_forced_prompts"] += len(forced_prompts)
-        for i, gen in zip(forced_jobs, forced):
+        # Kept against the teacher's decision: the label is the data's (gold or not), and the teacher writes the
+        # rationale of that decision (the chat rendered with the answer's start "True/False\nReason:").
+        labels = [jobs[i][2] == POSITIVE for i in forced_jobs]
+        forced = forced_rationales(llm, [prompts[i] for i in forced_jobs], labels, params)
+        stats["teacher_forced_prompts"] += len(forced_jobs)
+        for i, label, rationale in zip(forced_jobs, labels, forced):
             q, p, kind = jobs[i]
-            rationale = " ".join(gen.completions[0].text.split())
             if not rationale:
-                stats["positive_forced_without_rationale"] += 1
+                stats[f"{kind}_forced_without_rationale"] += 1
                 continue
-            rows.append(_pair_row(q, p, kind, True, rationale, abstracts[i], gen.completions[0].text, True))
-            stats["positive_pairs_forced_true"] += 1
-            stats["positive_pairs"] += 1
+            teacher_text = f"{SELECTOR_TRUE if label else SELECTOR_FALSE}\nReason: {rationale}"
+            rows.append(_pair_row(q, p, kind, label, rationale, abstracts[i], teacher_text, True))
+            stats[f"{kind}_pairs_forced_{str(label).lower()}"] += 1
+            stats[f"{kind}_pairs"] += 1
     rows.sort(key=lambda r: (r["meta"]["qid"], r["meta"]["kind"] != POSITIVE, r["meta"]["paper_id"]))
     return rows, dict(stats)
 
@@ -198,7 +243,7 @@ def selector_pairs(cfg: DictConfig) -> dict:
     out_dir = Path(str(cfg.out_dir))
     queries = load_pasa_queries(str(dg.queries), limit=cfg.get("limit"))
     fingerprint = {"task": "selector_pairs", "model": str(cfg.llm.model), "backend": str(cfg.llm.backend),
-                   "seed": int(cfg.seed), "data_gen": {k: dg[k] for k in dg if k != "queries"},
+                   "seed": int(cfg.seed), "data_gen": {k: dg[k] for k in dg if k not in _NOT_IN_FINGERPRINT},
                    "search": dict(cfg.search) if "search" in cfg else None}
     run = ShardedRun(out_dir, fingerprint, overwrite=bool(cfg.get("overwrite", False)))
     store, search = open_corpus(cfg)

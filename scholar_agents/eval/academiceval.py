@@ -34,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 from scholar_agents import hydra_app
 from scholar_agents.data_gen.academiceval import Case, load_cases
 from scholar_agents.eval.rouge import rouge_l_f1
-from scholar_agents.eval.winrate import PairOutcome, bootstrap_ci, judge_pairs, summarize
+from scholar_agents.eval.winrate import PairOutcome, bootstrap_ci, judge_pairs, soft_scores, summarize
 from scholar_agents.thought.algorithm import Query, StepResult, ThoughtRetriever
 from scholar_agents.thought.config import thought_config
 from scholar_agents.thought.ingest import add_documents
@@ -242,6 +242,10 @@ def evaluate_dataset(tr: ThoughtRetriever, dataset: str, cases: list[Case], cfg:
             got = stages.get(f"{dataset}.judge.{m}", judge)
             outcomes = [PairOutcome(a, b) for a, b in got["verdicts"]]
             table[m]["win_rate_vs_tr"] = summarize(outcomes, int(cfg.bootstrap.n), seed=int(cfg.bootstrap.seed))
+            soft = soft_scores(got["raw"])
+            if soft:  # forced-choice judge: the position-debiased preference
+                lo, hi = bootstrap_ci(soft, int(cfg.bootstrap.n), seed=int(cfg.bootstrap.seed))
+                table[m]["win_rate_vs_tr"].update(soft_win_rate=float(np.mean(soft)), soft_ci=[lo, hi])
         table[TR]["win_rate_vs_tr"] = {"win_rate": 0.5, "reference": True}
 
     # ---- root-source precision / recall (Related-multi, §4.6)
@@ -309,20 +313,25 @@ def report_markdown(results: list[dict], meta: dict) -> str:
     for res in results:
         lines += [f"## {res['dataset']} ({res['task']}, {res['n_cases']} cases, {res['n_labelled']} with a label)", "",
                   "| method | ROUGE-L F1 [95% CI] | win rate vs TR [95% CI] "
-                  "| wins / losses / ties / position-inconsistent / unreadable | ctx tokens |",
-                  "|---|---|---|---|---|"]
+                  "| wins / losses / ties / position-inconsistent / unreadable | debiased P(better than TR) [95% CI] "
+                  "| ctx tokens |",
+                  "|---|---|---|---|---|---|"]
         for m, row in res["table"].items():
             wr = row.get("win_rate_vs_tr") or {}
+            soft = "–"
             if wr.get("reference"):
                 wr_s, counts = "50% (reference)", ""
             elif wr:
                 wr_s = f"{_fmt(wr['win_rate'], True)} [{_fmt(wr['ci_low'], True)}, {_fmt(wr['ci_high'], True)}]"
                 counts = (f"{wr['win']} / {wr['loss']} / {wr['tie']} / {wr['inconsistent']} / "
                           f"{wr['invalid'] + wr['one_invalid']}")
+                if "soft_win_rate" in wr:
+                    soft = (f"{_fmt(wr['soft_win_rate'], True)} [{_fmt(wr['soft_ci'][0], True)}, "
+                            f"{_fmt(wr['soft_ci'][1], True)}]")
             else:
                 wr_s, counts = "–", ""
             lines.append(f"| {METHOD_LABELS.get(m, m)} | {_fmt(row['rouge_l_f1'])} [{_fmt(row['f1_ci'][0])}, "
-                         f"{_fmt(row['f1_ci'][1])}] | {wr_s} | {counts} | {row['mean_context_tokens']:.0f} |")
+                         f"{_fmt(row['f1_ci'][1])}] | {wr_s} | {counts} | {soft} | {row['mean_context_tokens']:.0f} |")
         if res["curve"]:
             lines += ["", "Self-evolution (F1 of Thought-Retriever after r pre-query rounds):", "",
                       "| rounds | thoughts / case | ROUGE-L F1 |", "|---|---|---|"]

@@ -80,6 +80,26 @@ class PairOutcome:
         return "tie"
 
 
+_PROBS = re.compile(r"P\(1\)=([0-9.eE+-]+) P\(2\)=([0-9.eE+-]+)")
+
+
+def soft_scores(raw_pairs: Sequence[tuple[str, str]]) -> list[float]:
+    """Position-debiased preference for A from forced-choice replies ("P(1)=… P(2)=…" in both orders): the mean of
+    P(A | A shown first) and P(A | A shown second), each renormalised over the two verdicts. A judge that always
+    prefers one position scores 0.5 unless its preference moves with the content (ours; not in the paper)."""
+    out = []
+    for first, second in raw_pairs:
+        m1, m2 = _PROBS.search(first or ""), _PROBS.search(second or "")
+        if not (m1 and m2):
+            continue
+        a1, b1 = float(m1.group(1)), float(m1.group(2))  # A is answer 1
+        b2, a2 = float(m2.group(1)), float(m2.group(2))  # B is answer 1
+        if a1 + b1 <= 0 or a2 + b2 <= 0:
+            continue
+        out.append(0.5 * (a1 / (a1 + b1) + a2 / (a2 + b2)))
+    return out
+
+
 def bootstrap_ci(values: Sequence[float], n_boot: int = 2000, alpha: float = 0.05,
                  seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean; (nan, nan) for no values."""

@@ -21,10 +21,12 @@ from scholar_agents.papers.search_base import Hit, SearchBackend, per_query_date
 log = logging.getLogger(__name__)
 
 INDEX_TYPES = ("flat", "ivf", "hnsw")
-# FAISS 1.15 scores query batches with BLAS only from 128,000 queries on (``distance_compute_blas_threshold``);
-# below, a per-query SIMD loop. Measured here (97k x 384 flat, one thread): 64 queries 1.02 s -> 0.38 s with
-# BLAS, 8 queries 0.13 s -> 0.05 s; a single query is faster without (0.017 s vs 0.031 s).
+# FAISS 1.15's flat search uses BLAS only from ``distance_compute_blas_threshold`` = 128,000 queries on. Measured
+# here (97k x 384, one thread, CPU time): 64 queries 1108 ms -> 262 ms and 8 queries 132 -> 68 ms with the
+# threshold at 8, but a single query 16 -> 38 ms; so batches of >= 8 queries switch it per call. (The setting
+# is process-wide: concurrent searches may take the slower path; results are identical either way.)
 BLAS_FROM_QUERIES = 8
+_FAISS_BLAS_DEFAULT: dict[str, int] = {}
 
 
 def build_faiss_index(vectors: np.ndarray, index_type: str = "flat", ivf_nlist: int = 4096, hnsw_m: int = 32,
@@ -81,9 +83,6 @@ class DenseSearch(SearchBackend):
         self.gpu = gpu
         self._cpu_index = index
         self.index = _to_gpu(index) if gpu else index
-        import faiss
-
-        faiss.cvar.distance_compute_blas_threshold = BLAS_FROM_QUERIES  # process-wide FAISS setting
 
     def _params(self, cutoff: int):
         import faiss
@@ -118,6 +117,10 @@ class DenseSearch(SearchBackend):
         return out
 
     def _search(self, q: np.ndarray, k: int, params, cut: int):
+        import faiss
+
+        default = _FAISS_BLAS_DEFAULT.setdefault("threshold", faiss.cvar.distance_compute_blas_threshold)
+        faiss.cvar.distance_compute_blas_threshold = BLAS_FROM_QUERIES if len(q) >= BLAS_FROM_QUERIES else default
         if params is None:
             return self.index.search(q, k)
         try:

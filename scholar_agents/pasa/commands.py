@@ -17,7 +17,8 @@ log = logging.getLogger(__name__)
 
 def load_queries(qcfg: DictConfig) -> list[ScholarQuery]:
     """``queries.path`` (PaSa JSONL) with ``offset``/``limit``, minus the qids listed in ``exclude_qids_file``
-    (one qid a line, or JSONL with a ``qid`` field): how an evaluation keeps training queries out."""
+    (one qid a line, or JSONL with a ``qid`` / ``meta.qid`` field, e.g. crawler sessions): how an evaluation keeps
+    training queries out."""
     queries = load_pasa_queries(qcfg.path)
     exclude_file = qcfg.get("exclude_qids_file")
     if exclude_file:
@@ -25,7 +26,14 @@ def load_queries(qcfg: DictConfig) -> list[ScholarQuery]:
         for line in Path(exclude_file).read_text().splitlines():
             line = line.strip()
             if line:
-                excluded.add(json.loads(line)["qid"] if line.startswith("{") else line)
+                if line.startswith("{"):  # a query record (`qid`) or a training session (`meta.qid`)
+                    rec = json.loads(line)
+                    qid = rec.get("qid") or (rec.get("meta") or {}).get("qid")
+                    if not qid:
+                        raise ValueError(f"{exclude_file}: a JSONL line without `qid` or `meta.qid`: {line[:80]}")
+                    excluded.add(str(qid))
+                else:
+                    excluded.add(line)
         before = len(queries)
         queries = [q for q in queries if q.qid not in excluded]
         log.info("excluded %d queries listed in %s", before - len(queries), exclude_file)

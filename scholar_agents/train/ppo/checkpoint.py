@@ -24,8 +24,8 @@ import json
 import os
 import random
 import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -63,7 +63,7 @@ def write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def latest_checkpoint(root: str | Path) -> Optional[Path]:
+def latest_checkpoint(root: str | Path) -> Path | None:
     """The newest complete checkpoint under ``root`` (None when there is none)."""
     root = Path(root)
     pointer = root / LATEST
@@ -79,7 +79,7 @@ def latest_checkpoint(root: str | Path) -> Optional[Path]:
 # ---- RNG states ----
 
 
-def rng_state(extra: Optional[dict] = None) -> tuple[dict, dict[str, torch.Tensor]]:
+def rng_state(extra: dict | None = None) -> tuple[dict, dict[str, torch.Tensor]]:
     """(JSON-able Python/NumPy states, torch RNG tensors) of this process."""
     py = random.getstate()
     np_state = np.random.get_state()
@@ -120,7 +120,7 @@ def python_rng_from_json(rng: random.Random, state: list) -> None:
 
 def save_checkpoint(root: str | Path, step: int, write_models: Callable[[Path], None], optimizer, scheduler,
                     trainer_state: dict, rng_extra: dict, rank: int = 0, barrier: Callable[[], None] = lambda: None,
-                    keep_last: Optional[int] = 2, collective_write: Optional[Callable[[Path], None]] = None) -> Path:
+                    keep_last: int | None = 2, collective_write: Callable[[Path], None] | None = None) -> Path:
     """Save step ``step``. Every rank calls it (RNG states are per rank); rank 0 writes the models, optimizer,
     scheduler and state, and publishes the directory once every rank has written. ``collective_write`` runs on
     every rank (a DeepSpeed engine's sharded optimizer state)."""

@@ -4,7 +4,7 @@ that composing any config stays fast. Defaults are PaSa Table 9; each deviation 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -32,22 +32,22 @@ class PPOConfig:
 
     # ---- models
     policy_model: str = "embedded:smollm2"  # the SFT crawler: the starting policy AND π_sft (set to its final/ dir)
-    ref_model: Optional[str] = None  # π_sft for the KL term; null = policy_model (the starting checkpoint)
-    value_model: Optional[str] = None  # initial V̂_φ backbone; null = policy_model
+    ref_model: str | None = None  # π_sft for the KL term; null = policy_model (the starting checkpoint)
+    value_model: str | None = None  # initial V̂_φ backbone; null = policy_model
     value_head: str = "separate"  # separate (a value model, the paper's) | shared (a head on the policy)
     lora: PPOLoraConfig = field(default_factory=PPOLoraConfig)
     model_dtype: str = "float32"  # master weights (fp32 on CPU: bf16 weights round lr-1e-6 updates away)
-    bf16: Optional[bool] = None  # bf16 autocast for forward passes; null = where the hardware has it
+    bf16: bool | None = None  # bf16 autocast for forward passes; null = where the hardware has it
     gradient_checkpointing: bool = False
-    attn_implementation: Optional[str] = None
-    deepspeed: Optional[str] = None  # a ZeRO JSON (conf/deepspeed/zero2.json); GPUs only
+    attn_implementation: str | None = None
+    deepspeed: str | None = None  # a ZeRO JSON (conf/deepspeed/zero2.json); GPUs only
 
     # ---- rollouts (App. A.2): per device and step
     queries_per_step: int = 4
     expand_sessions: list = field(default_factory=lambda: [6, 6])  # sessions per expansion round
     temperature: float = 1.0  # sampling temperature of the rollouts
     top_p: float = 1.0
-    max_new_tokens: Optional[int] = None  # null = crawler.policy.max_new_tokens
+    max_new_tokens: int | None = None  # null = crawler.policy.max_new_tokens
     rollout_sync: str = "inplace"  # vllm rollouts: inplace (reload_weights in the running engine) | reload
 
     # ---- reward (Eqs. 1–2, Table 9)
@@ -68,6 +68,10 @@ class PPOConfig:
     # above the depth limit): the others have no reward-to-go. true = every added paper (Eq. 3 literally).
     bootstrap_all_papers: bool = False
     normalize_advantages: bool = False  # CleanRL's default; the paper does not say (off)
+    # Ours: before the first step, set V̂'s output bias so that V̂ averages the first batch's returns. A head starting
+    # at 0 needs ~R̂/ε PPO steps to reach returns of scale R̂, because Eq. 7 lets V̂ move at most ε per step (the
+    # paper spends 50 frozen steps on it); a few-step CPU run cannot.
+    init_value_to_mean_return: bool = False
 
     # ---- losses (Eqs. 5–8)
     clip_eps: float = 0.2  # ε of Eq. 5
@@ -77,7 +81,7 @@ class PPOConfig:
 
     # ---- optimisation (Table 9)
     lr: float = 1.0e-6
-    value_lr: Optional[float] = None  # null = lr
+    value_lr: float | None = None  # null = lr
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     warmup_steps: int = 0
@@ -91,7 +95,7 @@ class PPOConfig:
     # ---- run
     seed: int = 0
     resume: bool = True  # continue from the newest checkpoint in checkpoint_dir
-    checkpoint_dir: Optional[str] = None  # null = <run dir>/checkpoints (Slurm requeues keep the run dir)
+    checkpoint_dir: str | None = None  # null = <run dir>/checkpoints (Slurm requeues keep the run dir)
     save_every: int = 1  # steps; a preemption signal always saves
     keep_last: int = 2
     eval_at_start: bool = True  # crawler recall of the starting policy on the held-out queries

@@ -18,9 +18,9 @@ import logging
 import random
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from scholar_agents.eval.pasa_metrics import norm_id
 from scholar_agents.llm import LLM, build_llm
@@ -299,7 +299,8 @@ class RolloutEngine:
         if self.cfg.backend == "hf":
             missing, unexpected = self.llm.model.load_state_dict(state, strict=False)
             if unexpected or [m for m in missing if not m.endswith("lm_head.weight")]:
-                raise RuntimeError(f"rollout model and policy differ: missing {missing[:5]}, unexpected {unexpected[:5]}")
+                raise RuntimeError(f"rollout model and policy differ: missing {missing[:5]}, "
+                                   f"unexpected {unexpected[:5]}")
         else:
             self._sync_vllm(policy, state, tokenizer)
         self.syncs += 1

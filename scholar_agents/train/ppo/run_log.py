@@ -8,7 +8,6 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import Optional
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +36,8 @@ def ema(values: list[float], weight: float) -> list[float]:
 
 
 class RunLog:
-    def __init__(self, run_dir: Path, enabled: bool, wandb_cfg=None, config: Optional[dict] = None,
-                 resume_step: int = 0, wandb_id: Optional[str] = None, run_name: str = "crawler_ppo"):
+    def __init__(self, run_dir: Path, enabled: bool, wandb_cfg=None, config: dict | None = None,
+                 resume_step: int = 0, wandb_id: str | None = None, run_name: str = "crawler_ppo"):
         self.path = Path(run_dir) / "metrics.jsonl"
         self.enabled = enabled
         self.wandb = None
@@ -61,7 +60,7 @@ class RunLog:
                                         id=wandb_id, resume="allow", config=config or {},
                                         tags=list(wandb_cfg.get("tags") or []))
                 self.wandb_id = self.wandb.id
-            except Exception as e:  # tracking must never kill a training run
+            except Exception as e:  # noqa: BLE001  (tracking must never kill a training run)
                 log.warning("wandb disabled: %s", e)
                 self.wandb = None
 
@@ -79,7 +78,7 @@ class RunLog:
             return []
         return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
 
-    def plot(self, out: Path, smoothing: float = 0.6) -> Optional[Path]:
+    def plot(self, out: Path, smoothing: float = 0.6) -> Path | None:
         rows = self.rows()
         if not self.enabled or not rows:
             return None

@@ -27,23 +27,35 @@ import math
 import os
 import random
 import time
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from scholar_agents.train.ppo.config import PPOConfig, to_ppo_config
 from scholar_agents.train.ppo.checkpoint import (
-    latest_checkpoint, load_optimizer_and_scheduler, load_rng, load_trainer_state, python_rng_from_json,
-    python_rng_to_json, save_checkpoint,
+    latest_checkpoint,
+    load_optimizer_and_scheduler,
+    load_rng,
+    load_trainer_state,
+    python_rng_from_json,
+    python_rng_to_json,
+    save_checkpoint,
 )
+from scholar_agents.train.ppo.config import PPOConfig, to_ppo_config
 from scholar_agents.train.ppo.losses import explained_variance, masked_mean, policy_loss, total_loss, value_loss
 from scholar_agents.train.ppo.rollout import (
-    QuerySampler, RolloutEngine, SessionSample, build_samples, collect_sessions, gold_sets, reward_stats,
+    QuerySampler,
+    RolloutEngine,
+    SessionSample,
+    build_samples,
+    collect_sessions,
+    gold_sets,
+    reward_stats,
 )
 from scholar_agents.train.ppo.session_returns import advantages, gae, gae_token_rewards, session_returns
 from scholar_agents.train.ppo.value_model import PolicyAndValue, build_value
@@ -208,11 +220,11 @@ class PPOTrainer:
     def __init__(self, cfg: DictConfig, run_dir: Path):
         from accelerate import Accelerator
 
+        from scholar_agents.llm.factory import resolve_model_path
+        from scholar_agents.llm.precision import cpu_supports_bf16
         from scholar_agents.pasa.commands import Resources, load_queries
         from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
         from scholar_agents.pasa.crawler import CrawlerConfig
-        from scholar_agents.llm.factory import resolve_model_path
-        from scholar_agents.llm.precision import cpu_supports_bf16
 
         self.cfg = cfg
         self.pcfg = p = to_ppo_config(cfg.ppo)
@@ -294,7 +306,8 @@ class PPOTrainer:
 
         from scholar_agents.train.ppo.run_log import RunLog
 
-        self.logger = RunLog(self.run_dir, enabled=acc.is_main_process, wandb_cfg=(cfg.get("logging") or {}).get("wandb"),
+        self.logger = RunLog(self.run_dir, enabled=acc.is_main_process,
+                             wandb_cfg=(cfg.get("logging") or {}).get("wandb"),
                              config=OmegaConf.to_container(cfg, resolve=True), resume_step=self.start_step,
                              wandb_id=state.get("wandb_id"), run_name=f"crawler_ppo_alpha{p.alpha}")
         log.info("PPO: rank %d/%d on %s, bf16 autocast %s, %d training / %d held-out queries, start at step %d%s",
@@ -332,7 +345,8 @@ class PPOTrainer:
     def _tokenizer(self):
         from transformers import AutoTokenizer
 
-        path = self.resume_from / "policy" if self.resume_from and (self.resume_from / "policy" / "tokenizer_config.json").exists() else self.init_path
+        saved = self.resume_from / "policy" if self.resume_from else None
+        path = saved if saved is not None and (saved / "tokenizer_config.json").exists() else self.init_path
         tok = AutoTokenizer.from_pretrained(str(path))
         if tok.pad_token_id is None:
             tok.pad_token = tok.eos_token
@@ -359,7 +373,8 @@ class PPOTrainer:
                 policy = PeftModel.from_pretrained(base, str(saved / "policy"), is_trainable=True)
             else:
                 t = p.lora.target_modules
-                policy = get_peft_model(base, LoraConfig(r=p.lora.r, lora_alpha=p.lora.alpha, lora_dropout=p.lora.dropout,
+                policy = get_peft_model(base, LoraConfig(r=p.lora.r, lora_alpha=p.lora.alpha,
+                                                         lora_dropout=p.lora.dropout,
                                                          target_modules=t if isinstance(t, str) else list(t),
                                                          task_type="CAUSAL_LM"))
         else:
@@ -387,7 +402,7 @@ class PPOTrainer:
         p = self.pcfg
         model = self.model
         policy_params = [q for q in model.policy.parameters() if q.requires_grad]
-        value_params = [q for q in (model.value.parameters() if model.value is not None else model.value_head.parameters())]
+        value_params = list(model.value.parameters() if model.value is not None else model.value_head.parameters())
         self.policy_params, self.value_params = policy_params, value_params
         opt = torch.optim.AdamW([
             {"params": policy_params, "lr": p.lr, "name": "policy"},
@@ -478,7 +493,6 @@ class PPOTrainer:
 
     def rollout(self, step: int) -> tuple[list[SessionSample], dict]:
         p = self.pcfg
-        t0 = time.perf_counter()
         idx = self.sampler.next(p.queries_per_step * self.world)
         mine = idx[self.rank * p.queries_per_step:(self.rank + 1) * p.queries_per_step]
         queries = [self.train_queries[i] for i in mine]
@@ -487,7 +501,6 @@ class PPOTrainer:
         env_t0 = sum(self.env.timing.values())
         records, counts = collect_sessions(self.env, crawler, queries, [int(n) for n in p.expand_sessions],
                                            self.expand_rng)
-        t_gen = time.perf_counter() - t0
         t1 = time.perf_counter()
         samples = build_samples(records, self.env, self.gold, self.selector, p.reward_config(), p.bootstrap_all_papers)
         t_reward = time.perf_counter() - t1
@@ -507,11 +520,19 @@ class PPOTrainer:
         }
         return samples, m
 
-    def compute_targets(self, samples: list[SessionSample], frozen: bool) -> tuple[list[SessionTargets], dict, dict]:
+    def compute_targets(self, samples: list[SessionSample], frozen: bool,
+                        init_value: bool = False) -> tuple[list[SessionTargets], dict, dict]:
         t0 = time.perf_counter()
         n_children = self._child_values(samples)
         logp_old, logp_ref, values = self._score(samples, frozen)
-        targets = [session_targets(s, lo, lr, v, self.pcfg) for s, lo, lr, v in zip(samples, logp_old, logp_ref, values)]
+        targets = [session_targets(s, lo, lr, v, self.pcfg)
+                   for s, lo, lr, v in zip(samples, logp_old, logp_ref, values)]
+        if init_value and targets:
+            self._shift_value_bias(targets, values)
+            n_children = self._child_values(samples)
+            logp_old, logp_ref, values = self._score(samples, frozen)
+            targets = [session_targets(s, lo, lr, v, self.pcfg)
+                       for s, lo, lr, v in zip(samples, logp_old, logp_ref, values)]
         if self.pcfg.normalize_advantages and targets:
             allv = np.concatenate([t.advantages for t in targets])
             mu, sd = allv.mean(), allv.std() + 1e-8
@@ -528,13 +549,27 @@ class PPOTrainer:
             "actor/kl_to_sft": float(sum(t.kl for t in targets) / max(ntok, 1)),
             "critic/returns_mean": float(rets.mean()) if len(rets) else 0.0,
             "critic/values_mean": float(vals.mean()) if len(vals) else 0.0,
-            "critic/advantages_mean": float(np.mean(np.concatenate([t.advantages for t in targets]))) if targets else 0.0,
-            "critic/vf_explained_var": explained_variance(torch.tensor(vals), torch.tensor(rets)) if len(rets) > 1 else float("nan"),
+            "critic/advantages_mean": float(np.mean(np.concatenate([t.advantages for t in targets])))
+            if targets else 0.0,
+            "critic/vf_explained_var": explained_variance(torch.tensor(vals), torch.tensor(rets))
+            if len(rets) > 1 else float("nan"),
             "rollout/child_states_valued": n_children,
             "timing_s/returns": time.perf_counter() - t0,
         }
         batch = {"logp_old": logp_old, "values_old": values}
         return targets, batch, m
+
+    def _shift_value_bias(self, targets: list[SessionTargets], values: list[np.ndarray]) -> None:
+        """``ppo.init_value_to_mean_return``: add (mean R̂ − mean V̂) over all processes to the value head's bias."""
+        vm = [t.value_mask.astype(bool) for t in targets]
+        gap = float(np.mean(np.concatenate([t.returns[m] for t, m in zip(targets, vm)]))
+                    - np.mean(np.concatenate([v[m] for v, m in zip(values, vm)])))
+        gap = self._mean_over_processes({"gap": gap})["gap"]
+        model = self.accelerator.unwrap_model(self.model)
+        head = model.value_head if model.shared else model.value.head
+        with torch.no_grad():
+            head.bias.add_(gap)
+        log.info("value head bias shifted by %.3f to the first batch's mean return", gap)
 
     def update(self, samples: list[SessionSample], targets: list[SessionTargets], batch: dict, step: int,
                frozen: bool) -> dict:
@@ -659,7 +694,8 @@ class PPOTrainer:
         t0 = time.perf_counter()
         frozen = step < p.policy_freeze_steps
         samples, m = self.rollout(step)
-        targets, batch, m2 = self.compute_targets(samples, frozen)
+        init_value = p.init_value_to_mean_return and step == 0
+        targets, batch, m2 = self.compute_targets(samples, frozen, init_value=init_value)
         t1 = time.perf_counter()
         m3 = self.update(samples, targets, batch, step, frozen)
         t_update = time.perf_counter() - t1

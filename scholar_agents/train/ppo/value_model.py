@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Optional
 
 import torch
 from torch import nn
@@ -71,7 +70,7 @@ class ValueModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str | Path, dtype: torch.dtype = torch.float32, seed: int = 0,
-                        attn_implementation: Optional[str] = None) -> "ValueModel":
+                        attn_implementation: str | None = None) -> ValueModel:
         """A causal-LM or base-model checkpoint (a fresh head, seeded), or a directory written by
         :meth:`save_pretrained` (the saved head)."""
         from transformers import AutoModel
@@ -87,7 +86,7 @@ class ValueModel(nn.Module):
         return cls(backbone, head)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+                position_ids: torch.Tensor | None = None) -> torch.Tensor:
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                                use_cache=False).last_hidden_state
         return self.head(hidden).squeeze(-1)
@@ -103,7 +102,7 @@ class PolicyAndValue(nn.Module):
     """π_θ and V̂_φ as one module: ``forward`` returns the policy's logits on the last ``n_logits`` positions
     (those that predict the response tokens) and the values on every position."""
 
-    def __init__(self, policy: nn.Module, value: Optional[ValueModel] = None, head: Optional[nn.Linear] = None):
+    def __init__(self, policy: nn.Module, value: ValueModel | None = None, head: nn.Linear | None = None):
         super().__init__()
         if (value is None) == (head is None):
             raise ValueError("give either a separate value model or a head on the policy's hidden states")
@@ -117,7 +116,7 @@ class PolicyAndValue(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
                 n_logits: int, with_policy: bool = True, with_value: bool = True,
-                freeze_shared_backbone: bool = False) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+                freeze_shared_backbone: bool = False) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         logits = values = None
         if self.shared:
             if with_policy or with_value:
@@ -147,7 +146,7 @@ class PolicyAndValue(nn.Module):
 
 
 def build_value(layout: str, policy: nn.Module, init_path: str, dtype: torch.dtype, seed: int,
-                saved_dir: Optional[Path] = None, attn_implementation: Optional[str] = None) -> PolicyAndValue:
+                saved_dir: Path | None = None, attn_implementation: str | None = None) -> PolicyAndValue:
     """The policy+value module: ``layout`` separate (a value model from ``init_path`` or ``saved_dir``) or shared
     (a head on the policy; loaded from ``saved_dir`` when resuming)."""
     if layout not in VALUE_HEADS:

@@ -1,0 +1,171 @@
+"""Distributed training on CPU (gloo): `torchrun --nproc_per_node 2` runs agree with one process holding the same
+global batch, on the tiny random Qwen2.
+
+- Selector SFT (`train selector_sft`, the HF/TRL Trainer): 2 processes x batch 2 under plain DDP and under
+  DeepSpeed ZeRO-2 (`conf/deepspeed/zero2.json`, skipped when deepspeed is not installed) == 1 process x batch 4.
+  The data set is exactly one global batch, so every step sees the same 4 examples whatever the sampler's order.
+- Crawler PPO (`train crawler_ppo`): 3 steps (1 with the policy frozen, 2 co-training, 2 PPO epochs each),
+  2 processes x 2 queries == 1 process x 4 queries, greedy rollouts, no expansion sessions (their sampling is
+  seeded per rank by design). Every step's logged losses, and the final policy weights.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from scholar_agents.hydra_app import compose
+from scholar_agents.pasa.prompts import selector_messages, selector_target
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+       "WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
+HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def torchrun(args: list[str], run_dir: Path, log_path: Path, timeout: float = 600) -> None:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "scholar_agents", *args, f"hydra.run.dir={run_dir}"]
+    with open(log_path, "w") as log:
+        proc = subprocess.run(cmd, cwd=REPO, env=ENV, stdout=log, stderr=subprocess.STDOUT, timeout=timeout)
+    assert proc.returncode == 0, f"torchrun failed ({proc.returncode}); log {log_path}:\n" + \
+        "\n".join(log_path.read_text(errors="replace").splitlines()[-60:])
+
+
+def assert_same_weights(a: Path, b: Path, atol: float, rtol: float) -> None:
+    wa, wb = load_file(str(a)), load_file(str(b))
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], atol=atol, rtol=rtol, msg=lambda m, k=k: f"{k}: {m}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Selector SFT
+
+
+def _sft_rows() -> list[dict]:
+    rows = []
+    for i, q in enumerate(["Which papers learn 3D features from CLIP?", "Any works about weight decay?",
+                           "Neural optimal transport solvers?", "Retrieval-augmented generation benchmarks?"]):
+        msgs = selector_messages(q, f"A paper title {i}", f"An abstract about topic {i}. " * (1 + i))
+        rows.append({"messages": msgs + [{"role": "assistant", "content": selector_target(i % 2 == 0, "why")}]})
+    return rows
+
+
+def _sft_overrides(model_dir: Path, data: Path, out: Path, per_device: int) -> list[str]:
+    return [f"sft.model={model_dir}", f"sft.train_file={data}", f"sft.output_dir={out}",
+            f"sft.per_device_train_batch_size={per_device}", "sft.gradient_accumulation_steps=1",
+            "sft.max_steps=3", "sft.learning_rate=1e-3", "sft.warmup_ratio=0.0", "sft.logging_steps=1",
+            "sft.save_steps=100", "sft.bf16=false", "sft.model_dtype=float32", "sft.seed=0",
+            "logging.wandb.enabled=false"]
+
+
+def _losses(summary_path: Path) -> list[float]:
+    hist = json.loads(summary_path.read_text())["log_history"]
+    return [h["loss"] for h in hist if "loss" in h]
+
+
+@pytest.fixture(scope="module")
+def sft_single(tiny_model_dir, tmp_path_factory) -> Path:
+    """One process x batch 4: the reference run."""
+    from scholar_agents.train.selector_sft import selector_sft
+
+    tmp = tmp_path_factory.mktemp("sft_single")
+    data = tmp / "pairs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in _sft_rows()))
+    cfg = compose("train_selector_sft", _sft_overrides(tiny_model_dir, data, tmp / "ckpt", per_device=4))
+    cfg.paths.output_dir = str(tmp / "run")
+    summary = selector_sft(cfg)
+    assert summary["world_size"] == 1 and summary["effective_batch"] == 4 and summary["global_step"] == 3
+    return tmp
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("deepspeed", [
+    None, pytest.param("zero2", marks=pytest.mark.skipif(not HAS_DEEPSPEED, reason="deepspeed not installed"))])
+def test_selector_sft_two_processes_match_one(sft_single, tiny_model_dir, tmp_path, deepspeed):
+    from scholar_agents.hydra_app import CONF_DIR
+
+    args = ["train", "selector_sft", *_sft_overrides(tiny_model_dir, sft_single / "pairs.jsonl", tmp_path / "ckpt",
+                                                     per_device=2)]
+    if deepspeed:
+        args.append(f"sft.deepspeed={CONF_DIR / 'deepspeed' / f'{deepspeed}.json'}")
+    torchrun(args, tmp_path / "run", tmp_path / "torchrun.log")
+    two = json.loads((tmp_path / "run" / "sft_summary.json").read_text())
+    assert two["world_size"] == 2 and two["effective_batch"] == 4 and two["global_step"] == 3
+    if deepspeed:
+        assert "DeepSpeed" in (tmp_path / "torchrun.log").read_text() or (tmp_path / "ckpt").exists()
+    one_losses, two_losses = _losses(sft_single / "run" / "sft_summary.json"), _losses(
+        tmp_path / "run" / "sft_summary.json")
+    assert len(one_losses) == len(two_losses) == 3
+    assert two_losses == pytest.approx(one_losses, rel=1e-4, abs=1e-5)
+    assert one_losses[-1] < one_losses[0]  # it trained: the comparison is not between two untouched models
+    assert_same_weights(sft_single / "ckpt" / "final" / "model.safetensors",
+                        tmp_path / "ckpt" / "final" / "model.safetensors", atol=2e-5, rtol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Crawler PPO
+
+
+def _ppo_overrides(model_dir: Path, papers_cfg, queries_per_step: int) -> list[str]:
+    ppo = {"policy_model": str(model_dir), "queries_per_step": queries_per_step, "expand_sessions": "[]",
+           "max_new_tokens": 8, "temperature": 0.0, "ppo_epochs": 2, "forward_batch_size": 1, "grad_accum": 4,
+           "score_batch_size": 2, "lr": 1e-3, "policy_freeze_steps": 1, "total_steps": 3, "bf16": "false",
+           "eval_at_start": "false", "eval_at_end": "false", "keep_last": 1, "seed": 0}
+    return ["papers=sample", f"papers.store={papers_cfg.papers.store}",
+            f"papers.index_dir={papers_cfg.papers.index_dir}", "search=bm25", "llm.dtype=float32", "llm.device=cpu",
+            "llm.max_model_len=1024", f"selector_llm.model={model_dir}", "selector_llm.dtype=float32",
+            "selector_llm.device=cpu", "selector_llm.cache_path=null", "selector_llm.max_model_len=1024",
+            "logging.wandb.mode=disabled", *[f"ppo.{k}={v}" for k, v in ppo.items()]]
+
+
+@pytest.fixture(scope="module")
+def dist_papers(sample_papers_cfg, sample_store, tmp_path_factory):
+    """The sample store with a BM25 index directory of this module's own (built by rank 0, reused by rank 1)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create({"papers": {"store": sample_papers_cfg.papers.store,
+                                        "index_dir": str(tmp_path_factory.mktemp("dist_index"))}})
+
+
+@pytest.mark.slow
+def test_crawler_ppo_three_steps_two_processes_match_one(tiny_model_dir, dist_papers, tmp_path):
+    from scholar_agents.train.ppo.trainer import PPOTrainer
+
+    cfg = compose("train_crawler_ppo", [*_ppo_overrides(tiny_model_dir, dist_papers, 4),
+                                        f"paths.output_dir={tmp_path / 'one'}"])
+    single = PPOTrainer(cfg, tmp_path / "one")
+    try:
+        single.train()
+    finally:
+        single.close()
+    torchrun(["train", "crawler_ppo", *_ppo_overrides(tiny_model_dir, dist_papers, 2)], tmp_path / "two",
+             tmp_path / "torchrun.log")
+
+    one = [json.loads(x) for x in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()]
+    two = [json.loads(x) for x in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in one] == [r["step"] for r in two] == [1, 2, 3]
+    assert one[0]["actor/frozen"] == two[0]["actor/frozen"] == 1.0 and one[2]["actor/frozen"] == 0.0
+    for r1, r2 in zip(one, two):
+        assert r1["rollout/sessions"] == 4 and r2["rollout/sessions"] == 2  # per process
+        for key in ("rollout/session_return", "critic/vf_loss", "actor/pg_loss", "actor/grad_norm",
+                    "actor/kl_to_sft"):
+            if key in r1:
+                assert r2[key] == pytest.approx(r1[key], rel=1e-3, abs=1e-5), (r1["step"], key)
+    policy = Path("checkpoints") / "step_000003" / "policy" / "model.safetensors"
+    assert_same_weights(tmp_path / "one" / policy, tmp_path / "two" / policy, atol=1e-5, rtol=1e-4)
