@@ -8,6 +8,10 @@ rollout-weight sync) costs on top of it.
 
     nice -n 10 python bench/ppo.py --steps 3 > bench_ppo.log 2>&1
     nice -n 10 python bench/ppo.py --policy outputs/checkpoints/crawler_sft/final -- llm=smollm2_vllm
+    python bench/ppo.py --from-metrics <ppo run dir>/metrics.jsonl   # the same table for a finished run's log
+
+``--from-metrics`` reads the per-step timings ``train crawler_ppo`` logged (the trainer's own ``timing_s/*`` and
+``perf/*``, the numbers this benchmark prints) instead of running steps: no model is loaded.
 """
 
 from __future__ import annotations
@@ -31,8 +35,18 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers here")
+    ap.add_argument("--from-metrics", type=Path, default=None,
+                    help="print the split of a finished run's metrics.jsonl instead of running steps")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides (after --)")
     args = ap.parse_args(argv)
+    if args.from_metrics is not None:
+        rows = [json.loads(line) for line in args.from_metrics.read_text().splitlines() if line.strip()]
+        frozen = [m for m in rows if m.get("actor/frozen")]
+        cotrain = [m for m in rows if not m.get("actor/frozen")]
+        if not cotrain:
+            ap.error(f"{args.from_metrics}: no co-training step (every logged step had the policy frozen)")
+        report(frozen[0] if frozen else None, cotrain, f"recorded run {args.from_metrics}", args.json)
+        return 0
     if args.steps < 2:
         ap.error("--steps must be >= 2 (one frozen baseline step, then co-training)")
 
@@ -64,28 +78,35 @@ def main(argv=None) -> int:
     finally:
         trainer.close()
 
+    report(rows[0], rows[1:], f"{trainer.world} process, torch threads {torch.get_num_threads()}, policy "
+           f"{args.policy}, {args.queries} queries, {args.max_new_tokens} new tokens; set-up {setup_s:.0f} s",
+           args.json, {"setup_s": setup_s})
+    return 0
+
+
+def report(frozen: dict | None, cotrain: list[dict], what: str, json_path: Path | None, extra: dict | None = None):
+    """Print the per-phase split (frozen step vs mean co-training step), tokens/s and the co-training cost."""
+
     def split(m: dict) -> dict:
         return {ph: m.get(f"timing_s/{ph}", 0.0) for ph in PHASES}
 
-    frozen = rows[0]
-    cotrain = rows[1:]
     co_mean = {ph: sum(split(m)[ph] for m in cotrain) / len(cotrain) for ph in PHASES}
     co_step = sum(m["timing_s/step"] for m in cotrain) / len(cotrain)
-    print(f"\nPPO step time split ({trainer.world} process, torch threads {torch.get_num_threads()}, "
-          f"policy {args.policy}, {args.queries} queries, {args.max_new_tokens} new tokens; set-up {setup_s:.0f} s)")
+    print(f"\nPPO step time split ({what}; {len(cotrain)} co-training step(s))")
     print(f"{'phase':10s} {'frozen step (s)':>16s} {'co-training (s)':>16s} {'share':>7s}")
     for ph in PHASES:
-        print(f"{ph:10s} {split(frozen)[ph]:16.2f} {co_mean[ph]:16.2f} {co_mean[ph] / co_step:7.1%}")
-    print(f"{'step':10s} {frozen['timing_s/step']:16.2f} {co_step:16.2f}")
+        fz = f"{split(frozen)[ph]:16.2f}" if frozen else f"{'-':>16s}"
+        print(f"{ph:10s} {fz} {co_mean[ph]:16.2f} {co_mean[ph] / co_step:7.1%}")
+    print(f"{'step':10s} {frozen['timing_s/step'] if frozen else float('nan'):16.2f} {co_step:16.2f}")
     gen_tps = sum(m["perf/gen_tokens_per_s"] for m in cotrain) / len(cotrain)
     thr = sum(m["perf/throughput"] for m in cotrain) / len(cotrain)
-    ratio = co_step / frozen["timing_s/step"]
     print(f"\ngeneration: {gen_tps:.1f} tokens/s; whole step: {thr:.1f} (prompt + response) tokens/s")
-    print(f"co-training step / frozen (value-only) step: {ratio:.2f}x")
-    if args.json:
-        args.json.write_text(json.dumps({"frozen": frozen, "cotrain": cotrain, "ratio_cotrain_over_frozen": ratio,
-                                         "setup_s": setup_s}, indent=1))
-    return 0
+    ratio = co_step / frozen["timing_s/step"] if frozen else None
+    if ratio is not None:
+        print(f"co-training step / frozen (value-only) step: {ratio:.2f}x")
+    if json_path:
+        json_path.write_text(json.dumps({"frozen": frozen, "cotrain": cotrain, "ratio_cotrain_over_frozen": ratio,
+                                         **(extra or {})}, indent=1))
 
 
 if __name__ == "__main__":

@@ -343,7 +343,7 @@ def main() -> None:
 
 
 def print_table(r: dict) -> None:
-    mb = lambda b: f"{b / 2**20:.1f} MB"  # noqa: E731
+    mb = lambda b: f"{b / 2**20:.1f} MB"
     q = r["queries"]
     print(f"\n== search bench: {r['documents']['n']} papers, {q['n']} AutoScholarQuery dev queries, k={r['k']}")
     print(f"load avg start {tuple(round(x, 1) for x in r['machine']['loadavg_start'])}, "

@@ -77,7 +77,7 @@ def bench_size(n: int, dim: int, ops: int, baseline_ops: int, k: int, epsilon: f
     mem.save()
     mem.close()
     t = time.perf_counter()
-    mem = Memory(path)  # a restart: snapshot read + catch-up, no re-embedding
+    mem = Memory(path, index=index)  # a restart: snapshot read + catch-up, no re-embedding
     mem.search(queries[:1], k, ["bench"])
     row["reopen_s"] = time.perf_counter() - t
 

@@ -4,7 +4,8 @@ The demo is a pipeline of the project's real commands, each run exactly as a use
 (``python -m scholar_agents <group> <command> overrides``) into its own sub-directory of the demo's run dir, followed
 by the demo's own analysis of their outputs. Stages, their commands and overrides are listed in ``conf/demo.yaml``;
 ``stages=[index,search_bm25]`` runs a subset, ``resume_dir=<a previous demo run>`` skips the stages that finished
-there. At the end it writes ``report.md`` (+ ``report.json`` and plots) and prints where they are.
+there. The default pipeline: index -> search -> synthesised queries -> Selector pairs + Crawler sessions -> Selector
+SFT -> Crawler SFT -> a few PPO steps -> export -> evaluation (~20 min on 2 CPU cores). At the end it writes ``report.md`` (+ ``report.json`` and plots) and prints where they are.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ log = logging.getLogger(__name__)
 DONE = ".done"
 
 
-def _run_command(name: str, spec: DictConfig, stage_dir: Path) -> dict[str, Any]:
-    """Run one stage's CLI command in a subprocess, tee its output to ``stage_dir/stage.log``."""
-    args = [sys.executable, "-m", "scholar_agents", *spec.command, *[str(o) for o in spec.get("overrides", [])],
-            f"hydra.run.dir={stage_dir}"]
+def _run_command(name: str, spec: DictConfig, stage_dir: Path, run_dir: Path) -> dict[str, Any]:
+    """Run one stage's CLI command in a subprocess, tee its output to ``stage_dir/stage.log``. ``{run}`` in an
+    override is the demo's run dir (later stages read what earlier ones wrote there)."""
+    overrides = [str(o).replace("{run}", str(run_dir)) for o in spec.get("overrides", [])]
+    args = [sys.executable, "-m", "scholar_agents", *spec.command, *overrides, f"hydra.run.dir={stage_dir}"]
     log.info("stage %s: %s", name, " ".join(args[2:]))
     t = time.perf_counter()
     with (stage_dir / "stage.log").open("w") as logf:
@@ -69,9 +71,9 @@ def _select_stage(cfg: DictConfig, search_results: Path, gold: dict[str, set[str
     how well P("True") separates gold papers from the other hits (AUC) — the untrained base model's baseline."""
     from scholar_agents.eval.metrics import roc_auc
     from scholar_agents.llm import build_llm
-    from scholar_agents.pasa.selector import Selector, SelectorPair
     from scholar_agents.papers.corpus import to_papers_config
     from scholar_agents.papers.store import PaperStore
+    from scholar_agents.pasa.selector import Selector, SelectorPair
 
     data = json.loads(search_results.read_text())
     pcfg = to_papers_config(cfg.papers)
@@ -109,6 +111,36 @@ def _select_stage(cfg: DictConfig, search_results: Path, gold: dict[str, set[str
     return metrics
 
 
+def _dig(obj: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(obj, dict) or part not in obj:
+            return None
+        obj = obj[part]
+    return obj
+
+
+def _stage_metrics(spec: DictConfig, stage_dir: Path) -> dict[str, Any] | None:
+    """The figures a stage's own output file holds (``metrics: {file, keys}`` in conf/demo.yaml)."""
+    m = spec.get("metrics")
+    if not m:
+        return None
+    path = stage_dir / str(m.file)
+    if not path.is_file():
+        log.warning("stage output %s not found: no figures for the report", path)
+        return {"missing": str(path)}
+    data = json.loads(path.read_text())
+    if m.get("keys"):
+        return {k: _dig(data, k) for k in m["keys"]}
+    flat = {k: v for k, v in data.items() if isinstance(v, (int, float, str, bool)) or v is None}
+    return dict(list(flat.items())[:14])
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
 def _plot_recall(search: dict[str, dict[str, Any]], ks: list[int], path: Path) -> None:
     import matplotlib
 
@@ -131,9 +163,11 @@ def _plot_recall(search: dict[str, dict[str, Any]], ks: list[int], path: Path) -
 def _write_report(out: Path, cfg: DictConfig, stages: dict[str, Any], search: dict[str, Any],
                   select: dict[str, Any] | None, ks: list[int]) -> Path:
     lines = ["# scholar-agents demo", "",
-             f"Corpus: `{cfg.papers.name}` (bundled sample), queries: first {cfg.n_queries} of "
-             f"`{Path(str(cfg.queries_file)).name}` (PaSa format), each searched **before its own date**; "
-             "citation source: none (search only).", "", "## Stages", "", "| stage | command | seconds |",
+             (f"Corpus: `{cfg.papers.name}` (bundled sample; citations for [Expand] from its full-text papers), "
+             f"queries: `{Path(str(cfg.queries_file)).name}` (PaSa format), each searched **before its own date**. "
+             f"Search rows and the base Selector: the first {cfg.n_queries} queries; training data (pairs, sessions, "
+             f"PPO): the first {cfg.train_queries}; held-out evaluation: {cfg.eval_queries} queries from "
+             f"#{cfg.eval_offset}."), "", "## Stages", "", "| stage | command | seconds |",
              "|---|---|---|"]
     for name, s in stages.items():
         lines.append(f"| {name} | `{s.get('command', '(in-process)')}` | {s.get('seconds', float('nan')):.1f} |")
@@ -145,10 +179,18 @@ def _write_report(out: Path, cfg: DictConfig, stages: dict[str, Any], search: di
         lines += ["", "![recall@k](search_recall.png)"]
     if select:
         lines += ["", "## Selector (untrained SmolLM2, P(\"True\") in one forward pass)", "",
-                  f"{select['pairs']} (query, hit) pairs, {select['gold_pairs']} gold; AUC of P(True) for gold vs "
+                  (f"{select['pairs']} (query, hit) pairs, {select['gold_pairs']} gold; AUC of P(True) for gold vs "
                   f"other hits: **{select['auc']:.3f}**; selected {select['selected']} at threshold "
                   f"{cfg.selector.threshold} (precision {select['precision']:.3f}, recall {select['recall']:.3f}); "
-                  f"{select['pairs_per_second']:.1f} pairs/s."]
+                  f"{select['pairs_per_second']:.1f} pairs/s.")]
+    figures = {n: s["metrics"] for n, s in stages.items() if s.get("metrics")}
+    if figures:
+        lines += ["", "## Pipeline figures (each from the stage's own output file)", ""]
+        for name, m in figures.items():
+            lines.append(f"- **{name}**: " + ", ".join(f"{k} = {_fmt(v)}" for k, v in m.items()))
+    plots = sorted(p.relative_to(out) for p in out.glob("*/**/*.png"))
+    if plots:
+        lines += ["", "## Plots written by the stages", ""] + [f"![{p}]({p})" for p in plots[:12]]
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -174,14 +216,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     search: dict[str, Any] = {}
     select = None
     t0 = time.perf_counter()
-    for i, name in enumerate(wanted):
-        stage_dir = out / f"{i:02d}_{name}"
+    for name in wanted:
+        stage_dir = out / name
         stage_dir.mkdir(parents=True, exist_ok=True)
         done = stage_dir / DONE
         if name == "select":
-            src = next((out / f"{j:02d}_{n}" / "search_results.json" for j, n in enumerate(wanted)
-                        if n == cfg.select.search_stage), None)
-            if src is None or not src.exists():
+            src = out / str(cfg.select.search_stage) / "search_results.json"
+            if not src.exists():
                 raise ValueError(f"stage select needs the search stage {cfg.select.search_stage!r} to run first")
             if done.exists():
                 select = json.loads(done.read_text())
@@ -197,7 +238,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             stages[name] = json.loads(done.read_text())
             log.info("stage %s: done in a previous run, skipped", name)
         else:
-            stages[name] = _run_command(name, spec, stage_dir) | {"command": "scholar " + " ".join(spec.command)}
+            stages[name] = _run_command(name, spec, stage_dir, out) | {"command": "scholar " + " ".join(spec.command)}
+            stages[name]["metrics"] = _stage_metrics(spec, stage_dir)
             done.write_text(json.dumps(stages[name]))
         if (stage_dir / "search_results.json").exists():
             search[name] = _search_metrics(stage_dir / "search_results.json", gold, ks)

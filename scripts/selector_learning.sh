@@ -22,6 +22,7 @@ LORA=${LORA:-"sft.lora.enabled=true sft.lora.r=16 sft.lora.alpha=32 sft.learning
 sft.lora.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj] \
 sft.lora.layers_to_transform=[22,23,24,25,26,27,28,29]"}
 SFT_EXTRA=${SFT_EXTRA:-}
+EVAL_LIMIT=${EVAL_LIMIT:-null}   # held-out pairs scored per model (null = all); pairs are grouped by query
 mkdir -p "$OUT"
 
 if [ ! -f "$OUT/pairs/stats.json" ]; then
@@ -36,10 +37,10 @@ scholar train selector_sft sft=cpu_smollm2 sft.train_file="$OUT/pairs/sft_train.
   sft.save_steps=10 hydra.run.dir="$OUT/train" $LORA $SFT_EXTRA
 
 if [ ! -f "$OUT/eval_base/metrics.json" ]; then
-  scholar eval selector data.path="$OUT/pairs/pairs_test.jsonl" selector=cpu name=base \
+  scholar eval selector data.path="$OUT/pairs/pairs_test.jsonl" data.limit="$EVAL_LIMIT" selector=cpu name=base \
     hydra.run.dir="$OUT/eval_base"
 fi
-scholar eval selector data.path="$OUT/pairs/pairs_test.jsonl" selector=cpu name=fine-tuned \
+scholar eval selector data.path="$OUT/pairs/pairs_test.jsonl" data.limit="$EVAL_LIMIT" selector=cpu name=fine-tuned \
   llm.model="$OUT/checkpoints/final" hydra.run.dir="$OUT/eval_tuned"
 
 python scripts/compare_selector_evals.py "$OUT/eval_base" "$OUT/eval_tuned" --out "$OUT/comparison"

@@ -160,6 +160,16 @@ def test_autoscholarquery_end_to_end_and_resume(teacher_url, corpus, tmp_path):
     assert st["dropped_questions"].get("duplicate_question", 0) > 0  # the teacher repeats question templates
     assert st["resolution_of_answer_citations"]["rate"] > 0
     assert (out / "stats.md").read_text().count("PaSa ") >= 5  # Table 11 rows next to ours
+    per_source = st["per_source_paper"]  # queries per source paper add up to the totals, split by source paper
+    assert sum(r["passages"] for r in per_source) == 12
+    assert sum(r["queries_kept"] for r in per_source) == st["queries"]["total"]
+    assert all(r["split"] is None for r in per_source if not r["queries_kept"])
+    assert {r["source_id"]: r["split"] for r in per_source if r["queries_kept"]} == {
+        sid: s for s, ids in sources.items() for sid in ids}
+    by_format = st["queries_by_source_format"]
+    assert sum(c["queries_kept"] for c in by_format.values()) == st["queries"]["total"]
+    assert sum(c["source_papers"] for c in by_format.values()) == len(per_source)
+    assert "## Queries per source" in (out / "stats.md").read_text()
     failures = _rows(out / "parse_failures.jsonl")
     assert len(failures) == p["unusable"] and all(f["raw_output"] for f in failures)
 
@@ -205,6 +215,11 @@ def test_crawler_sessions_end_to_end(teacher_url, corpus, tmp_path):
     again = crawler_sessions(compose("data_gen_crawler_sessions", overrides))["stats"]
     assert again["llm_prompts_this_run"] == 0 and _Teacher.calls["completions"] == calls
     assert _rows(out / "train.jsonl") == rows
+    # Rebuilding the index gives the same hits: it is not a setting of the data, the run still resumes.
+    rebuilt = crawler_sessions(compose("data_gen_crawler_sessions", [*overrides, "search.rebuild=true"]))["stats"]
+    assert rebuilt["llm_prompts_this_run"] == 0 and rebuilt["shards"]["computed"] == 0
+    with pytest.raises(ValueError, match="different settings"):  # a setting of the search is one
+        crawler_sessions(compose("data_gen_crawler_sessions", [*overrides, "search.k=3"]))
 
 
 def _check_pairs(rows):

@@ -40,6 +40,10 @@ CORPUS = Path(__file__).parent / "assets" / "malformed_llm_outputs"
         ('[{"a": 1}, {"b": 2},"output": [{"c": 3}]', [{"a": 1}, {"b": 2}], [lj.DROPPED_AFTER_ERROR]),
         ('[{"a": 1}, {"b": 2}, {oops}]', [{"a": 1}, {"b": 2}], [lj.DROPPED_AFTER_ERROR]),
         ('[{"a": 1}]\n\n[{"b": 2}]\nThat is all.', [{"a": 1}, {"b": 2}], [lj.CONCATENATED_ARRAYS, lj.TRAILING_TEXT]),
+        ('[{"question": "A?"}, "answer": [1]}, {"question": "B?", "answer": [2]}]',
+         [{"question": "A?", "answer": [1]}, {"question": "B?", "answer": [2]}], [lj.OBJECT_CLOSED_EARLY]),
+        # the same key twice is not a pair closed early: dropped as before
+        ('[{"a": 1}, "a": 2}]', [{"a": 1}], [lj.DROPPED_AFTER_ERROR]),
     ],
 )
 def test_repairs(text, value, repairs):
@@ -47,6 +51,18 @@ def test_repairs(text, value, repairs):
     assert r.ok, r
     assert r.value == value
     assert sorted(r.repairs) == sorted(repairs)
+
+
+def test_question_and_answer_written_as_two_objects_are_one_item():
+    from collections import Counter
+
+    failures, repairs = Counter(), set()
+    items = [{"question": "A?"}, {"answer": ["\\cite{1}"]}, {"question": "B?"}, {"question": "C?", "answer": [2]},
+             {"answer": [1]}]
+    got = read_items(items, ["t1", "t2"], failures, repairs=repairs)
+    assert [(q.question, q.cite_ids) for q in got] == [("A?", [1]), ("C?", [2])]
+    assert dict(failures) == {"item_without_answer": 1, "item_without_question": 1}  # B? and the lone answer
+    assert repairs == {"question_answer_split"}
 
 
 def test_truncated_array_keeps_finished_items_and_drops_the_cut_one():
@@ -111,7 +127,9 @@ def test_real_malformed_outputs(path, exp):
         assert len(r.value) == exp["n_items"]
         from collections import Counter
 
-        failures = Counter()
-        questions = read_items(r.value, exp.get("citation_titles", []) or [None] * exp["n_citations"], failures)
+        failures, item_repairs = Counter(), set()
+        questions = read_items(r.value, exp.get("citation_titles", []) or [None] * exp["n_citations"], failures,
+                               repairs=item_repairs)
         assert len(questions) == exp["n_questions"]
         assert dict(failures) == exp["item_failures"]
+        assert sorted(item_repairs) == exp.get("item_repairs", [])

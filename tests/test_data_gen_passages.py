@@ -271,3 +271,24 @@ def test_pasa_db_input_resolution_by_title_and_assembly(tmp_path):
     assert rows[0]["source_meta"]["published_time"] == "20230228"
     assert stats["resolution_of_answer_citations"]["by_method"]["title_exact"] == 3
     assert stats["answers_per_query"] == {"mean": 1.5, "p50": 1.5, "p90": 1.9}
+
+
+def test_answer_title_of_an_unstored_bibliography_id(tmp_path):
+    """An arXiv id from the bibliography resolves without the store; its answer title is the entry's title, or the
+    id when the raw entry has none (physics style: the parser's best guess is a journal abbreviation)."""
+    from scholar_agents.data_gen.citation_resolution import CitationResolver, ResolutionConfig, looks_like_title
+    from scholar_agents.data_gen.passages import CitedWork
+    from scholar_agents.papers.store import PaperStore
+
+    no_titles = ("Phys", "Rev", "Page D", "A 53, no.40, 404002 (2020) [arXiv:2004.01718]", "")
+    assert not any(looks_like_title(t) for t in no_titles)
+    assert all(looks_like_title(t) for t in ("GPT-4 Technical Report", "A length-extrapolatable transformer"))
+    with PaperStore(tmp_path / "s.sqlite") as store:
+        resolver = CitationResolver(store, ResolutionConfig())
+        phys = resolver.resolve(CitedWork(key="b1", arxiv_id="2004.01718", title="Phys"))
+        ml = resolver.resolve(CitedWork(key="b2", arxiv_id="2212.10554", title="A length-extrapolatable transformer"))
+        closed = CitationResolver(store, ResolutionConfig(require_in_store=True)).resolve(
+            CitedWork(key="b1", arxiv_id="2004.01718", title="Phys"))
+    assert (phys.arxiv_id, phys.title, phys.method) == ("2004.01718", "arXiv:2004.01718", "bib_id_not_in_store")
+    assert (ml.title, ml.method) == ("A length-extrapolatable transformer", "bib_id_not_in_store")
+    assert (closed.arxiv_id, closed.method) == (None, "unresolved")

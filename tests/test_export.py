@@ -72,6 +72,7 @@ def test_lora_adapter_is_merged_with_the_unmerged_models_logits(lora_sft_run, ti
     out = Path(report["output_dir"])
     assert out == (tmp_path / "outputs" / "exported" / "ckpt").resolve()  # name = the SFT output dir's name
     assert report["kind"] == "lora" and report["origin"] == "sft" and report["validation"]["ok"]
+    assert report["validation"]["merge"]["ok"] and report["validation"]["saved"]["max_abs_logit_diff"] < 1e-5
     assert json.loads((tmp_path / "export_run" / "export_summary.json").read_text())["output_dir"] == str(out)
 
     names = {p.name for p in out.iterdir()}
@@ -141,7 +142,11 @@ def test_ppo_checkpoint_policy_exports_in_bf16(tiny_model_dir, tmp_path):
     out = Path(report["output_dir"])
     assert out.name == "ppo_run_step_000002" and report["validation"]["ok"]
     assert str(AutoConfig.from_pretrained(out).dtype).endswith("bfloat16")
+    v = report["validation"]
+    assert "merge" not in v and v["saved"]["max_abs_logit_diff"] < 1e-5  # the bf16 weights were written exactly
+    assert 0 < v["dtype_drift"]["max_abs_logit_diff"] < 0.1 * v["dtype_drift"]["max_abs_logit"]
     card = (out / "README.md").read_text()
+    assert "bfloat16 weights vs the fp32 source: max |Δ logit|" in card
     assert "| eval.crawler_recall | 0.25 |" in card and "| ppo_step | 2 |" in card
     assert "| last_step.rollout/session_return | 0.4 |" in card and "alpha: 1.5" in card
 

@@ -107,6 +107,28 @@ def test_persisted_indexes_reload_identically_without_encoding_documents(tmp_pat
     store.close()
 
 
+def test_index_written_by_an_older_format_is_rebuilt_not_loaded(tmp_path, sample_store):
+    """A manifest from older code (no or another ``format``) must not be trusted: the index is rebuilt."""
+    import json
+
+    from scholar_agents.papers.index import INDEX_FORMAT_VERSION
+
+    store = _small_store(tmp_path, sample_store, n=20)
+    built = load_or_build_search(SearchConfig(kind="bm25"), store, None, tmp_path / "idx")
+    expected = built.search(KNOWN[1], k=5)
+    manifest_path = tmp_path / "idx" / "bm25" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["format"] == INDEX_FORMAT_VERSION
+    assert load_or_build_search(SearchConfig(kind="bm25"), store, None, tmp_path / "idx").build_info["bm25"][
+        "status"] == "loaded"
+    manifest.pop("format")  # what session-1 code wrote
+    manifest_path.write_text(json.dumps(manifest))
+    again = load_or_build_search(SearchConfig(kind="bm25"), store, None, tmp_path / "idx")
+    assert again.build_info["bm25"]["status"] == "built"
+    assert again.search(KNOWN[1], k=5) == expected and expected
+    store.close()
+
+
 def test_corpus_change_rebuilds_and_reuses_unchanged_vectors(tmp_path, sample_store, papers_embedder):
     # no pool: the index's own previous vectors are what gets reused
     store = _small_store(tmp_path, sample_store, n=15)

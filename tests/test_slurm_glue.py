@@ -29,7 +29,11 @@ SLURM_VARS = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLUR
 @pytest.fixture
 def no_slurm(monkeypatch):
     for var in SLURM_VARS:
-        monkeypatch.delenv(var, raising=False)
+        # set-then-delete so that monkeypatch restores the variable's absence too: the code under test writes
+        # RANK / WORLD_SIZE / MASTER_ADDR into os.environ, which must not leak into later tests (a Slurm job
+        # submitted later inherits the environment and would wait for a rendezvous on a host that does not exist)
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
     return {k: v for k, v in os.environ.items() if k not in SLURM_VARS}
 
 

@@ -27,6 +27,8 @@ NO_QUESTION = "item_without_question"
 NO_ANSWER = "item_without_answer"
 NO_CITATION = "answer_without_citation"  # the answer names no marker and no title of the passage
 UNKNOWN_ID = "answer_id_not_in_passage"  # e.g. \cite{12} in a passage with 8 citations (counted per id)
+# Repair kind: `{"question": ".."}, {"answer": [..]}` — one item written as two objects, joined.
+SPLIT_ITEM = "question_answer_split"
 
 
 @dataclass
@@ -74,13 +76,37 @@ def _ids_and_texts(value: Any) -> tuple[list[int], list[str]]:
     return ids, texts
 
 
+def _join_split_items(items: list, repairs: set[str] | None) -> list:
+    """An object with only a question followed by one with only an answer is one item (SmolLM2 writes
+    ``{"question": ".."}, {"answer": [..]}``)."""
+    out: list = []
+    i = 0
+    while i < len(items):
+        a = items[i]
+        b = items[i + 1] if i + 1 < len(items) else None
+        if (isinstance(a, dict) and isinstance(b, dict) and _get(a, _QUESTION_KEYS) is not None
+                and _get(a, _ANSWER_KEYS) is None and _get(b, _QUESTION_KEYS) is None
+                and _get(b, _ANSWER_KEYS) is not None):
+            out.append({**b, **a})
+            if repairs is not None:
+                repairs.add(SPLIT_ITEM)
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
 def read_items(
-    items: Any, citation_titles: Sequence[str | None], failures: Counter, title_min_score: float = 90.0
+    items: Any, citation_titles: Sequence[str | None], failures: Counter, title_min_score: float = 90.0,
+    repairs: set[str] | None = None,
 ) -> list[GeneratedQuestion]:
     """Questions with the passage markers they cite. ``citation_titles[n - 1]`` is marker ``n``'s title (used when
-    a model answers with titles instead of markers). Every dropped item or id is counted in ``failures``."""
+    a model answers with titles instead of markers). Every dropped item or id is counted in ``failures``; item
+    repairs (:data:`SPLIT_ITEM`) are added to ``repairs``."""
     if not isinstance(items, list):
         items = [items]
+    items = _join_split_items(items, repairs)
     n_cites = len(citation_titles)
     matcher: TitleMatcher | None = None
     out: list[GeneratedQuestion] = []

@@ -233,14 +233,15 @@ def parse_record(rec: dict, dg) -> dict:
     parsed = parse_llm_json(text, expect="array", items="object")
     item_failures: Counter = Counter()
     questions = []
+    repairs = set(parsed.repairs)
     if parsed.ok:
         titles = [c["title"] for c in rec["citations"]]
-        for q in read_items(parsed.value, titles, item_failures, float(dg.title_min_score)):
+        for q in read_items(parsed.value, titles, item_failures, float(dg.title_min_score), repairs=repairs):
             questions.append({"question": q.question, "cite_ids": q.cite_ids, "via_title": q.via_title})
     else:
         log.warning("passage %s: unusable output (%s %s): %r", rec["passage_id"], parsed.failure, parsed.detail,
                     text[:200])
-    return {**rec, "failure": parsed.failure, "repairs": parsed.repairs, "strict_json": strict_json_ok(text.strip()),
+    return {**rec, "failure": parsed.failure, "repairs": sorted(repairs), "strict_json": strict_json_ok(text.strip()),
             "questions": questions, "item_failures": dict(item_failures)}
 
 
@@ -306,7 +307,14 @@ def assemble(records: list[dict], resolver: CitationResolver, dg, seed: int) -> 
     all_methods: Counter = Counter()
     seen_questions: set[str] = set()
     by_source: dict[str, list[dict]] = defaultdict(list)
+    # Per source paper: where the queries come from and where they are lost (the report's "queries per source").
+    sources: dict[str, Counter] = defaultdict(Counter)
+    source_info: dict[str, tuple[str, str]] = {}
     for rec in records:
+        src = sources[rec["source_id"]]
+        source_info.setdefault(rec["source_id"], (rec["source_format"], rec["source_title"]))
+        src["passages"] += 1
+        src["questions_parsed"] += len(rec.get("questions") or [])
         works = [CitedWork(**c) for c in rec["citations"]]
         resolved = [resolver.resolve(w) for w in works]
         for r in resolved:
@@ -363,6 +371,19 @@ def assemble(records: list[dict], resolver: CitationResolver, dg, seed: int) -> 
         for i, row in enumerate(rows):
             row["qid"] = f"{dg.qid_prefix}_{split}_{i}"
             rows[i] = {"qid": row.pop("qid"), **row}
+    per_source_rows = []
+    for sid, c in sources.items():
+        fmt, title = source_info[sid]
+        per_source_rows.append({"source_id": sid, "format": fmt, "title": title, "split": assignment.get(sid),
+                                "passages": c["passages"], "questions_parsed": c["questions_parsed"],
+                                "queries_kept": len(by_source.get(sid, []))})
+    stats["per_source_paper"] = sorted(per_source_rows, key=lambda r: (-r["queries_kept"], r["source_id"]))
+    by_format: dict[str, Counter] = defaultdict(Counter)
+    for r in per_source_rows:
+        by_format[r["format"]].update(source_papers=1, source_papers_with_queries=int(r["queries_kept"] > 0),
+                                      passages=r["passages"], questions_parsed=r["questions_parsed"],
+                                      queries_kept=r["queries_kept"])
+    stats["queries_by_source_format"] = {f: dict(c) for f, c in sorted(by_format.items())}
     n_ans = [len(r["answer_arxiv_id"]) for rows in out.values() for r in rows]
     per_source = [len(v) for v in by_source.values()]
     n_answer_cites = sum(answer_methods.values())
@@ -403,6 +424,24 @@ def stats_markdown(stats: dict) -> str:
         f"source papers per split: {stats['source_papers_with_queries']}",
         f"- queries per source paper: mean {stats['queries_per_source_paper']['mean']:.2f}, "
         f"p50 {stats['queries_per_source_paper']['p50']:.1f}, max {stats['queries_per_source_paper']['max']}",
+        "",
+        "## Queries per source",
+        "",
+        "| source | papers with passages | passages | questions parsed | queries kept | papers with queries |",
+        "|---|---|---|---|---|---|",
+    ]
+    for fmt, c in stats["queries_by_source_format"].items():
+        lines.append(f"| {fmt} | {c['source_papers']} | {c['passages']} | {c['questions_parsed']} | "
+                     f"{c['queries_kept']} | {c['source_papers_with_queries']} |")
+    lines += [
+        "",
+        "| source paper | format | split | passages | questions parsed | queries kept |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in stats["per_source_paper"]:
+        lines.append(f"| {r['source_id']} {r['title'][:60]} | {r['format']} | {r['split'] or '-'} | {r['passages']} | "
+                     f"{r['questions_parsed']} | {r['queries_kept']} |")
+    lines += [
         "",
         "## Answers per query vs PaSa Table 11",
         "",

@@ -8,6 +8,7 @@ reads the abstract). Every resolution records its method, so the stats can repor
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from scholar_agents.data_gen.passages import CitedWork
@@ -19,6 +20,16 @@ TITLE_EXACT = "title_exact"
 TITLE_FUZZY = "title_fuzzy"
 UNRESOLVED = "unresolved"
 METHODS = (BIB_ID, BIB_ID_NOT_IN_STORE, TITLE_EXACT, TITLE_FUZZY, UNRESOLVED)
+
+
+_TITLE_WORD = re.compile(r"\b[A-Za-z][A-Za-z-]{2,}\b")
+
+
+def looks_like_title(title: str | None) -> bool:
+    """At least two words of three or more letters. Physics-style references ("A. Author, Phys. Rev. D 12, 345
+    (2020) [arXiv:...]") have no title, and the raw-entry parser then returns a journal abbreviation ("Phys",
+    "Rev", "Page D") that must not become an answer title."""
+    return bool(title) and len(_TITLE_WORD.findall(title)) >= 2
 
 
 @dataclass
@@ -64,7 +75,9 @@ class CitationResolver:
             if title is not None:
                 return Resolution(work.arxiv_id, title, BIB_ID, True)
             if not c.require_in_store:
-                return Resolution(work.arxiv_id, work.title or "", BIB_ID_NOT_IN_STORE, False)
+                # Not stored: the bibliography's title, or the id itself when the entry has no usable title.
+                title = work.title if looks_like_title(work.title) else f"arXiv:{work.arxiv_id}"
+                return Resolution(work.arxiv_id, title, BIB_ID_NOT_IN_STORE, False)
         if work.title:
             exact = self.store.match_title(work.title, fuzzy=False)
             match = exact

@@ -24,7 +24,15 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig
 
-from scholar_agents.data_gen.shards import LazyLLM, ShardedRun, held_out_keys, run_shards, write_json, write_jsonl
+from scholar_agents.data_gen.shards import (
+    LazyLLM,
+    ShardedRun,
+    held_out_keys,
+    run_shards,
+    search_fingerprint,
+    write_json,
+    write_jsonl,
+)
 from scholar_agents.data_gen.teacher_queries import generate_teacher_queries
 from scholar_agents.papers.paper import Paper
 from scholar_agents.papers.titles import TitleMatcher
@@ -179,7 +187,7 @@ def crawler_sessions(cfg: DictConfig) -> dict:
     queries = load_pasa_queries(str(dg.queries), limit=cfg.get("limit"))
     fingerprint = {"task": "crawler_sessions", "model": str(cfg.llm.model), "backend": str(cfg.llm.backend),
                    "seed": int(cfg.seed), "data_gen": {k: dg[k] for k in dg if k not in _NOT_IN_FINGERPRINT},
-                   "env": dict(cfg.crawler.env), "search": dict(cfg.search) if "search" in cfg else None}
+                   "env": dict(cfg.crawler.env), "search": search_fingerprint(cfg)}
     run = ShardedRun(out_dir, fingerprint, overwrite=bool(cfg.get("overwrite", False)))
     store, search = open_corpus(cfg)
     env = CrawlEnv(store, search, CrawlConfig(**dict(cfg.crawler.env)))

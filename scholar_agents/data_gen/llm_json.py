@@ -41,6 +41,7 @@ CONCATENATED_ARRAYS = "concatenated_arrays"  # `[{..}]\n\n[{..}]`: one array per
 BARE_SEQUENCE = "bare_sequence"  # `{..}, {..}` or one object per line without the enclosing [ ]
 SINGLE_OBJECT = "single_object"  # one object where an array was asked for
 WRAPPED_ARRAY = "wrapped_array"  # {"questions": [...]} where an array was asked for
+OBJECT_CLOSED_EARLY = "object_closed_early"  # `{"question": ".."}, "answer": [..]}`: the pair joins its object
 
 _FENCE = re.compile(r"```[a-zA-Z0-9_-]*[ \t]*\n?(.*?)(?:```|$)", re.DOTALL)
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
@@ -280,6 +281,14 @@ class _Parser:
             elif c in _VALUE_START:
                 self.repairs.add(MISSING_COMMA)
             elif top:  # e.g. `{...}, "output": [...]`: a key inside the array
+                if c == ":" and isinstance(out[-1], str) and len(out) >= 2 and isinstance(out[-2], dict):
+                    state = (self.i, set(self.repairs))
+                    try:
+                        if self._rejoin_pair(out):
+                            continue
+                    except (_Bad, _EOF):
+                        pass
+                    self.i, self.repairs = state
                 if c == ":" and isinstance(out[-1], str):
                     out.pop()  # the key is not an element
                 self.repairs.add(DROPPED_AFTER_ERROR)
@@ -287,6 +296,29 @@ class _Parser:
                 return out
             else:
                 raise _Bad(f"expected ',' or ']' at {self.i}, got {c!r}")
+
+
+    def _rejoin_pair(self, out: list) -> bool:
+        """``{"question": ".."}, "answer": [..]}`` (SmolLM2 closes the object one pair too early): at the ``:``
+        after the string ``out[-1]``, read the value and the stray ``}`` and put the pair into the object before.
+        Leaves ``self.i`` after the ``}`` and its separator; False (nothing consumed for good) when the text does
+        not have that shape."""
+        key = out[-1]
+        if key in out[-2]:
+            return False
+        self.i += 1  # :
+        val = self.value()
+        self.ws()
+        if self.peek() != "}":
+            return False
+        self.i += 1
+        out.pop()
+        out[-1][key] = val
+        self.repairs.add(OBJECT_CLOSED_EARLY)
+        self.ws()
+        if self.i < len(self.s) and self.s[self.i] == ",":
+            self.i += 1
+        return True
 
 
 def _strip_fence(text: str) -> tuple[str, bool]:

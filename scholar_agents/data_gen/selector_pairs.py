@@ -25,7 +25,15 @@ from typing import Optional
 import numpy as np
 from omegaconf import DictConfig
 
-from scholar_agents.data_gen.shards import LazyLLM, ShardedRun, held_out_keys, run_shards, write_json, write_jsonl
+from scholar_agents.data_gen.shards import (
+    LazyLLM,
+    ShardedRun,
+    held_out_keys,
+    run_shards,
+    search_fingerprint,
+    write_json,
+    write_jsonl,
+)
 from scholar_agents.data_gen.teacher_queries import generate_teacher_queries
 from scholar_agents.papers.paper import Paper
 from scholar_agents.papers.titles import TitleMatcher
@@ -244,7 +252,7 @@ def selector_pairs(cfg: DictConfig) -> dict:
     queries = load_pasa_queries(str(dg.queries), limit=cfg.get("limit"))
     fingerprint = {"task": "selector_pairs", "model": str(cfg.llm.model), "backend": str(cfg.llm.backend),
                    "seed": int(cfg.seed), "data_gen": {k: dg[k] for k in dg if k not in _NOT_IN_FINGERPRINT},
-                   "search": dict(cfg.search) if "search" in cfg else None}
+                   "search": search_fingerprint(cfg)}
     run = ShardedRun(out_dir, fingerprint, overwrite=bool(cfg.get("overwrite", False)))
     store, search = open_corpus(cfg)
     llm = LazyLLM(cfg.llm)

@@ -24,6 +24,18 @@ from tqdm.auto import tqdm
 log = logging.getLogger(__name__)
 
 
+# Search settings that say how an index is obtained, not what it returns: a run with `search.rebuild=true` makes
+# the same hits, so its shards stay valid for a later run without it.
+_SEARCH_NOT_IN_FINGERPRINT = ("rebuild",)
+
+
+def search_fingerprint(cfg) -> dict[str, Any] | None:
+    """The ``search`` settings a data run's outputs depend on (for ``fingerprint.json``)."""
+    if "search" not in cfg:
+        return None
+    return {k: v for k, v in dict(cfg.search).items() if k not in _SEARCH_NOT_IN_FINGERPRINT}
+
+
 def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
     """Atomically (tmp + rename) write one JSON object per line; returns the count."""
     path = Path(path)

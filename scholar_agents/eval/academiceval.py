@@ -172,17 +172,20 @@ def evaluate_dataset(tr: ThoughtRetriever, dataset: str, cases: list[Case], cfg:
     if TR in methods:
         # ---- pre-queries (Appendix D), fixed once per dataset
         def gen_pre():
-            per_case, stats = [], {"template": 0, "llm": 0, "llm_failed_replies": 0}
-            for i, case in enumerate(cases):
-                srcs = prequery_sources(case, int(cfg.prequery_excerpt_tokens), tokenizer)
-                lists, st = make_prequeries(tr.llm, srcs, tcfg.prequery, seed_offset=i)
+            # every case's sources in one make_prequeries call: the LLM-based queries are one batched generate
+            # (per-case calls left the engine with batches of one); source i keeps template seed `seed + i`
+            srcs_of = [prequery_sources(c, int(cfg.prequery_excerpt_tokens), tokenizer) for c in cases]
+            flat = [s for srcs in srcs_of for s in srcs]
+            lists, stats = make_prequeries(tr.llm, flat, tcfg.prequery)
+            per_case, start = [], 0
+            for srcs in srcs_of:
+                mine, start = lists[start:start + len(srcs)], start + len(srcs)
                 merged: list[str] = []  # round-robin over a case's papers (Abstract-multi has five)
-                for j in range(max((len(lst) for lst in lists), default=0)):
-                    merged += [lst[j] for lst in lists if j < len(lst) and lst[j] not in merged]
+                for j in range(max((len(lst) for lst in mine), default=0)):
+                    merged += [lst[j] for lst in mine if j < len(lst) and lst[j] not in merged]
                 per_case.append(merged)
-                for k in stats:
-                    stats[k] += st.get(k, 0)
-            return {"queries": per_case, "stats": stats}
+            return {"queries": per_case, "stats": {k: int(stats.get(k, 0)) for k in
+                                                   ("template", "llm", "llm_failed_replies")}}
         pre = stages.get(f"{dataset}.prequeries", gen_pre)
         prequery_stats = pre["stats"]
         per_case = pre["queries"]

@@ -47,7 +47,7 @@ def plot_abstraction(results: Sequence[dict], path: Path) -> Path:
         pts = res["abstraction"]
         if pts:
             ax.plot([p["rank"] for p in pts], [p["mean_level"] for p in pts], marker="s", label=res["dataset"])
-    ax.set_xlabel("query abstraction rank (Table 6: 1 = most concrete, 6 = most abstract)")
+    ax.set_xlabel("query abstraction rank (Table 6: 1 concrete … 6 abstract)")
     ax.set_ylabel("mean abstraction level L of retrieved items")
     ax.set_title("Deeper thoughts for abstract queries?")
     if ax.get_legend_handles_labels()[0]:

@@ -94,6 +94,11 @@ def embedder_key(embedder: Any) -> dict[str, Any]:
     return key
 
 
+# Bumped whenever the on-disk layout or its reading code changes (v2: BM25 vocab keys read back as ints), so an index
+# written by older code is rebuilt instead of silently loaded — a stale v1 BM25 index once returned no hits at all.
+INDEX_FORMAT_VERSION = 2
+
+
 def _read_manifest(d: Path) -> dict[str, Any] | None:
     try:
         return json.loads((d / "manifest.json").read_text())
@@ -133,7 +138,7 @@ def _bm25(cfg: SearchConfig, docs: DatedDocs, texts: list[str], index_dir: Path,
     d = index_dir / "bm25"
     params = {"method": cfg.bm25_method, "k1": cfg.bm25_k1, "b": cfg.bm25_b, "stopwords": cfg.bm25_stopwords,
               "stemmer": cfg.bm25_stemmer}
-    manifest = {"fingerprint": docs.fingerprint, "n_docs": len(docs), "params": params}
+    manifest = {"format": INDEX_FORMAT_VERSION, "fingerprint": docs.fingerprint, "n_docs": len(docs), "params": params}
     t = time.perf_counter()
     if not cfg.rebuild and _read_manifest(d) == manifest:
         backend = BM25Search.load(d, docs)
@@ -190,7 +195,7 @@ def _embeddings(cfg: SearchConfig, docs: DatedDocs, texts: list[str], embedder, 
             bar.update(len(rows))
         bar.close()
     seconds = time.perf_counter() - t
-    manifest = {"fingerprint": docs.fingerprint, "n_docs": len(docs), "embedder": key, "encoded": int(len(todo)),
+    manifest = {"format": INDEX_FORMAT_VERSION, "fingerprint": docs.fingerprint, "n_docs": len(docs), "embedder": key, "encoded": int(len(todo)),
                 "encode_seconds": seconds}
     def write(tmp: Path) -> None:
         np.save(tmp / "vectors.npy", vectors)
@@ -217,7 +222,7 @@ def _dense(cfg: SearchConfig, docs: DatedDocs, texts: list[str], embedder, index
         d = index_dir / f"dense_{cfg.faiss_index}"
         params = ({"nlist": cfg.ivf_nlist} if cfg.faiss_index == "ivf"
                   else {"m": cfg.hnsw_m, "ef_construction": cfg.hnsw_ef_construction})
-        manifest = {"fingerprint": docs.fingerprint, "embedder": key, "index_type": cfg.faiss_index, "params": params}
+        manifest = {"format": INDEX_FORMAT_VERSION, "fingerprint": docs.fingerprint, "embedder": key, "index_type": cfg.faiss_index, "params": params}
         if not cfg.rebuild and _read_manifest(d) == manifest:
             index = DenseSearch.read_index(d, cfg.faiss_index)
             status = "loaded"

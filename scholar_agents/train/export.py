@@ -14,9 +14,11 @@ weights would round much of it away) and then cast to ``export.dtype``. The outp
 ``generation_config.json`` and a model card ``README.md`` (training config, data, metrics, git commit, the
 validation result). It is written under a temporary name and renamed when complete.
 
-Validation (``export.validate``): the exported directory is loaded back with transformers and its logits on a
-Selector and a Crawler prompt are compared with the source's — for a LoRA source the *unmerged* PEFT model, so a
-wrong merge (wrong scaling, a missed module, a stale adapter) fails the export instead of shipping.
+Validation (``export.validate``), on the logits of a Selector and a Crawler prompt: (1) for LoRA, the merged model
+against the *unmerged* PEFT model in fp32, so a wrong merge (wrong scaling, a missed module, a stale adapter) fails
+the export instead of shipping; (2) the written directory, loaded back with transformers (tokenizer and chat
+template rendering the same ids), against the model that was written. A 16-bit export's drift from the fp32 source
+is measured and reported in the model card.
 
 Push (``export.push=true`` + ``export.hub_repo_id``): uploads the directory to the Hugging Face Hub with the token
 from ``HF_TOKEN`` (never from config, never logged); needs network and ``HF_HUB_OFFLINE=0`` set explicitly, since
@@ -67,11 +69,12 @@ class ExportConfig:
     chat_template: Optional[str] = None  # a .jinja file when the source's tokenizer has none
     run_dir: Optional[str] = None  # the training run's Hydra dir (config, metrics) when it is not next to the source
     validate: bool = True
-    # Exported vs source logits: |Δ| <= atol + rtol * max|logit| (fp32 export); 16-bit exports use rtol_16bit,
-    # because casting the weights alone moves logits by ~2^-8 relative.
+    # |Δ logit| <= atol + rtol * max|logit| for the two exact checks (merged vs unmerged in fp32; written vs in
+    # memory). The drift a 16-bit cast causes is measured and reported, not bounded: it is ~5% of the logit scale
+    # on SmolLM2 in bf16 (measured), the same for a correct and a broken export.
     atol: float = 1.0e-3
     rtol: float = 1.0e-4
-    rtol_16bit: float = 0.03
+    min_top1_16bit: float = 0.9  # warn when the 16-bit export's greedy tokens agree less often with fp32
     push: bool = False
     hub_repo_id: Optional[str] = None  # e.g. my-org/pasa-selector-7b
     hub_private: bool = True
@@ -368,7 +371,12 @@ def load_source_model(src: Source):
 def load_tokenizer(src: Source, chat_template: Optional[str]):
     from transformers import AutoTokenizer
 
-    tok_dir = src.model_dir if (src.model_dir / "tokenizer_config.json").is_file() else Path(str(src.base_model))
+    if (src.model_dir / "tokenizer_config.json").is_file():
+        tok_dir = src.model_dir
+    elif src.base_model:
+        tok_dir = Path(str(src.base_model))
+    else:
+        raise ValueError(f"{src.model_dir} has no tokenizer (tokenizer_config.json); save it with the model")
     tok = AutoTokenizer.from_pretrained(str(tok_dir))
     if chat_template:
         tok.chat_template = Path(chat_template).expanduser().read_text()
@@ -404,6 +412,12 @@ def compare_logits(ref: list, got: list, atol: float, rtol: float) -> dict:
     bound = atol + rtol * scale
     return {"max_abs_logit_diff": max_abs, "max_abs_logit": scale, "tolerance": bound, "top1_agreement": top1,
             "ok": max_abs <= bound}
+
+
+def _fail_unless(result: dict, what: str) -> None:
+    if not result["ok"]:
+        raise RuntimeError(f"export check failed: {what} by {result['max_abs_logit_diff']:.3g} > "
+                           f"{result['tolerance']:.3g} (top-1 agreement {result['top1_agreement']:.4f})")
 
 
 def check_saved_files(out: Path) -> dict:
@@ -444,8 +458,8 @@ def model_card(cfg: ExportConfig, name: str, src: Source, records: dict, info: d
     front: dict[str, Any] = {"library_name": "transformers", "pipeline_tag": "text-generation"}
     config = records.get("config") or {}
     base = src.base_model or (config.get("sft") or {}).get("model") or (config.get("ppo") or {}).get("policy_model")
-    if base and not str(base).startswith(("/", ".", "~")):
-        front["base_model"] = str(base)  # a hub name; local paths mean nothing to the hub
+    if base and not str(base).startswith(("/", ".", "~", "embedded:")):
+        front["base_model"] = str(base)  # a hub name; local paths and embedded: names mean nothing to the hub
     if cfg.card.license:
         front["license"] = cfg.card.license
     if cfg.card.language:
@@ -496,18 +510,27 @@ def model_card(cfg: ExportConfig, name: str, src: Source, records: dict, info: d
     v = info.get("validation") or {}
     lines += ["## Export check", ""]
     if v:
-        lines += [f"Loaded back with transformers and compared with the {'unmerged LoRA model' if src.kind == 'lora' else 'source model'} "
-                  f"on a Selector and a Crawler prompt ({v['tokens']} positions): max |Δ logit| = "
-                  f"{v['max_abs_logit_diff']:.3g} (tolerance {v['tolerance']:.3g}), top-1 agreement "
-                  f"{v['top1_agreement']:.4f}."]
+        lines += [f"Logits on a Selector and a Crawler prompt ({v['tokens']} positions), fp32 compute:", ""]
+        if "merge" in v:
+            m = v["merge"]
+            lines += [f"- merged vs unmerged LoRA model (fp32): max |Δ logit| = {m['max_abs_logit_diff']:.3g} "
+                      f"(tolerance {m['tolerance']:.3g})"]
+        sv = v["saved"]
+        lines += [f"- this directory, loaded with transformers, vs the model that was written: max |Δ logit| = "
+                  f"{sv['max_abs_logit_diff']:.3g} (tolerance {sv['tolerance']:.3g})"]
+        if "dtype_drift" in v:
+            d = v["dtype_drift"]
+            lines += [f"- {info['dtype']} weights vs the fp32 source: max |Δ logit| = {d['max_abs_logit_diff']:.3g} "
+                      f"(max |logit| {d['max_abs_logit']:.3g}), greedy next token agrees at "
+                      f"{100 * d['top1_agreement']:.1f}% of positions"]
     else:
         lines += ["Not validated (`export.validate=false`)."]
     lines += [""]
 
     g = info["git"]
     lines += ["## Provenance", "",
-              f"- scholar-agents commit at export: `{g.get('commit')}`"
-              f"{' + uncommitted changes' if g.get('dirty') else ''}",
+              (f"- scholar-agents commit at export: `{g.get('commit')}`"
+               f"{' + uncommitted changes' if g.get('dirty') else ''}"),
               f"- exported: {info['exported_at']}",
               f"- record files: {', '.join(f'`{p}`' for p in records['files'].values()) or 'none'}", ""]
 
@@ -577,11 +600,29 @@ def export_model(cfg: ExportConfig, default_root: Path) -> dict:
     model = load_source_model(src)
     ids = _render_ids(tokenizer, validation_prompts()) if cfg.validate else []
     reference = _logits(model, ids) if cfg.validate else []
+    validation: dict = {"tokens": sum(len(x) for x in ids)} if cfg.validate else {}
     if src.kind == "lora":
         model = model.merge_and_unload()  # fp32 merge: W + (alpha/r) B A
+        if cfg.validate:  # check 1: the merge is exact (in fp32, before any cast)
+            validation["merge"] = compare_logits(reference, _logits(model, ids), cfg.atol, cfg.rtol)
+            _fail_unless(validation["merge"], "the merged model's logits differ from the unmerged adapter's")
     dtype = cfg.dtype if cfg.dtype != "auto" else source_dtype(
         src.model_dir if src.kind == "full" else Path(str(src.base_model)))
-    model = model.to(_torch_dtype(dtype))
+    expected = reference if src.kind == "full" or not cfg.validate else _logits(model, ids)
+    if dtype != "float32":
+        if cfg.validate:  # the rounded weights, computed in fp32 like the reload below: what must be written
+            with torch.no_grad():  # round the parameters only: buffers (RoPE's inv_freq) are rebuilt in fp32 on load
+                for prm in model.parameters():
+                    prm.data = prm.data.to(_torch_dtype(dtype)).to(torch.float32)
+            expected = _logits(model, ids)
+            validation["dtype_drift"] = compare_logits(reference, expected, cfg.atol, cfg.rtol)
+            drift = validation["dtype_drift"]
+            log.info("%s cast: max |Δ logit| %.3g vs fp32 (max |logit| %.3g), top-1 agreement %.4f", dtype,
+                     drift["max_abs_logit_diff"], drift["max_abs_logit"], drift["top1_agreement"])
+            if drift["top1_agreement"] < cfg.min_top1_16bit:
+                log.warning("the %s export's greedy next tokens agree with fp32 on only %.1f%% of positions",
+                            dtype, 100 * drift["top1_agreement"])
+        model = model.to(_torch_dtype(dtype))  # after the rounding above: exact
     gen = generation_config_for(src, model, tokenizer)
     model.generation_config = gen
 
@@ -595,27 +636,29 @@ def export_model(cfg: ExportConfig, default_root: Path) -> dict:
     files = check_saved_files(tmp)
     del model
 
-    validation: dict = {}
-    if cfg.validate:
+    if cfg.validate:  # check 2: the directory loads with transformers and computes what was in memory
         from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
         exported = AutoModelForCausalLM.from_pretrained(str(tmp), dtype=torch.float32).eval()
         tok2 = AutoTokenizer.from_pretrained(str(tmp))
         GenerationConfig.from_pretrained(str(tmp))
         if _render_ids(tok2, validation_prompts()) != ids:
-            raise RuntimeError("the exported tokenizer / chat template renders the validation prompts differently "
-                               "from the source's")
-        rtol = cfg.rtol if dtype == "float32" else cfg.rtol_16bit
-        validation = compare_logits(reference, _logits(exported, ids), cfg.atol, rtol)
-        validation["tokens"] = sum(len(x) for x in ids)
-        del exported
-        if not validation["ok"]:
             shutil.rmtree(tmp)
-            raise RuntimeError(f"export check failed: the exported model's logits differ from the source's by "
-                               f"{validation['max_abs_logit_diff']:.3g} > {validation['tolerance']:.3g} "
-                               f"(top-1 agreement {validation['top1_agreement']:.4f}); nothing was written")
-        log.info("export check: max |Δ logit| %.3g <= %.3g, top-1 agreement %.4f",
-                 validation["max_abs_logit_diff"], validation["tolerance"], validation["top1_agreement"])
+            raise RuntimeError("the exported tokenizer / chat template renders the validation prompts differently "
+                               "from the source's; nothing was written")
+        validation["saved"] = compare_logits(expected, _logits(exported, ids), cfg.atol, cfg.rtol)
+        del exported
+        try:
+            _fail_unless(validation["saved"], "the written directory's logits differ from the model in memory")
+        except RuntimeError:
+            shutil.rmtree(tmp)
+            raise
+        validation["ok"] = True
+        # vs the source as trained (for LoRA: unmerged), whatever the dtype: what the model card reports
+        validation["vs_source"] = validation.get("dtype_drift") or validation.get("merge") or validation["saved"]
+        log.info("export check: merge %s, written vs memory max |Δ logit| %.3g (tolerance %.3g)",
+                 "exact" if "merge" in validation else "n/a (full weights)",
+                 validation["saved"]["max_abs_logit_diff"], validation["saved"]["tolerance"])
 
     hf_config = _read_json(tmp / "config.json") or {}
     n_params = sum(int(math.prod(t)) for t in _tensor_shapes(tmp))
@@ -653,7 +696,7 @@ def _tensor_shapes(d: Path):
 
     for w in sorted(d.glob("*.safetensors")):
         with safe_open(str(w), framework="pt") as f:
-            for k in f.keys():
+            for k in f.keys():  # noqa: SIM118 — safe_open handles are not dicts
                 yield f.get_slice(k).get_shape()
 
 
@@ -663,7 +706,7 @@ def train_export(cfg: DictConfig) -> dict:
     report = export_model(ecfg, default_root)
     run = run_output_dir(cfg)
     (run / "export_summary.json").write_text(json.dumps(report, indent=2, default=str))
-    v = report.get("validation") or {}
+    v = (report.get("validation") or {}).get("vs_source")
     log.info("exported %s -> %s (%s, %s params%s)", report["model_dir"], report["output_dir"], report["dtype"],
-             f"{report['parameters']:,}", f", max |Δ logit| {v['max_abs_logit_diff']:.3g}" if v else "")
+             f"{report['parameters']:,}", f", max |Δ logit| vs source {v['max_abs_logit_diff']:.3g}" if v else "")
     return report

@@ -562,9 +562,11 @@ class PPOTrainer:
     def _shift_value_bias(self, targets: list[SessionTargets], values: list[np.ndarray]) -> None:
         """``ppo.init_value_to_mean_return``: add (mean R̂ − mean V̂) over all processes to the value head's bias."""
         vm = [t.value_mask.astype(bool) for t in targets]
-        gap = float(np.mean(np.concatenate([t.returns[m] for t, m in zip(targets, vm)]))
-                    - np.mean(np.concatenate([v[m] for v, m in zip(values, vm)])))
-        gap = self._mean_over_processes({"gap": gap})["gap"]
+        diff = np.concatenate([t.returns[m] - v[m] for t, v, m in zip(targets, values, vm)]) if targets else np.zeros(0)
+        # sums and counts, not per-process means: processes hold different numbers of value tokens, and the shift
+        # must be what one process holding the whole global batch would compute
+        tot = self._mean_over_processes({"diff_sum": float(diff.sum()), "count": float(len(diff))})
+        gap = tot["diff_sum"] / max(tot["count"], 1.0)
         model = self.accelerator.unwrap_model(self.model)
         head = model.value_head if model.shared else model.value.head
         with torch.no_grad():
