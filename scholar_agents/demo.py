@@ -200,7 +200,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     out = output_dir(cfg)
     resume = Path(str(cfg.resume_dir)) if cfg.get("resume_dir") else None
     if resume is not None:
-        out = resume
+        out = resume.resolve()
     wanted = list(cfg.stages)
     unknown = [s for s in wanted if s not in cfg.stage_specs and s != "select"]
     if unknown:
