@@ -236,6 +236,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         spec = cfg.stage_specs[name]
         if done.exists():
             stages[name] = json.loads(done.read_text())
+            stages[name]["metrics"] = _stage_metrics(spec, stage_dir)  # re-read: the report may ask for more now
             log.info("stage %s: done in a previous run, skipped", name)
         else:
             stages[name] = _run_command(name, spec, stage_dir, out) | {"command": "scholar " + " ".join(spec.command)}
