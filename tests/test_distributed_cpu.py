@@ -30,12 +30,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 def torchrun(args: list[str], run_dir: Path, log_path: Path, timeout: float = 600) -> None:

@@ -20,13 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 NONDETERMINISTIC = ("timing_s/", "perf/")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # On a shared 2-core machine OpenMP threads spin against each other: one thread is ~10x faster for tiny models.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @pytest.fixture(scope="module")

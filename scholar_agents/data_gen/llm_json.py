@@ -284,10 +284,11 @@ class _Parser:
                 if c == ":" and isinstance(out[-1], str) and len(out) >= 2 and isinstance(out[-2], dict):
                     state = (self.i, set(self.repairs))
                     try:
-                        if self._rejoin_pair(out):
-                            continue
+                        rejoined = self._rejoin_pair(out)
                     except (_Bad, _EOF):
-                        pass
+                        rejoined = False  # not that pattern after all: read on as before
+                    if rejoined:
+                        continue
                     self.i, self.repairs = state
                 if c == ":" and isinstance(out[-1], str):
                     out.pop()  # the key is not an element
