@@ -107,6 +107,30 @@ def test_persisted_indexes_reload_identically_without_encoding_documents(tmp_pat
     store.close()
 
 
+def test_date_bounded_dense_index_is_exact_before_its_bound_and_refuses_later_searches(tmp_path, sample_store,
+                                                                                     papers_embedder):
+    store = _small_store(tmp_path, sample_store, n=40)
+    queries = [KNOWN[1], "optimal transport regularization", "graph neural networks", LATE[1]]
+    dates = ["2021-01-01", "2019-06-30", "2022-12-31", "2022-01-01"]
+    full = load_or_build_search(SearchConfig(kind="hybrid"), store, papers_embedder, tmp_path / "full")
+    counting = CountingEmbedder(papers_embedder)
+    bounded = load_or_build_search(SearchConfig(kind="hybrid", dense_before="2023-01-01"), store, counting,
+                                   tmp_path / "bounded")
+    n_before = sum(1 for p in store.iter_papers(with_sections=False) if date_key(p.date or "") < "2023-01-01")
+    assert 0 < n_before < len(store)
+    assert ("doc", n_before) in counting.calls  # only the papers before the bound were encoded
+    assert bounded.components[1].index.ntotal == n_before
+    # every search on or before the bound: the same hits as the full index, dense and fused
+    assert bounded.search_batch(queries, k=8, before=dates) == full.search_batch(queries, k=8, before=dates)
+    assert bounded.components[1].search_batch(queries, k=8, before=dates) == \
+        full.components[1].search_batch(queries, k=8, before=dates)
+    assert bounded.search(KNOWN[1], k=3, before="2023-01-01")
+    for later in [None, "2023-01-02", "2025-06-01"]:
+        with pytest.raises(ValueError, match="dense_before"):
+            bounded.search(LATE[1], k=3, before=later)
+    store.close()
+
+
 def test_index_written_by_an_older_format_is_rebuilt_not_loaded(tmp_path, sample_store):
     """A manifest from older code (no or another ``format``) must not be trusted: the index is rebuilt."""
     import json

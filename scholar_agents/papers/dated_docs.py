@@ -74,6 +74,7 @@ class DatedDocs:
     dates: list[str]  # as stored; sorted by their date_key
     keep_undated: bool = True
     fingerprint: str = ""
+    covers_before: str | None = None  # set on a date-bounded prefix (see ``prefix_before``): the only dates it serves
 
     def __post_init__(self) -> None:
         self._keys = [date_key(d) for d in self.dates]
@@ -87,9 +88,21 @@ class DatedDocs:
     def cutoff(self, before: str | None) -> int:
         """How many leading documents were published strictly before ``before`` (all of them for None)."""
         b = normalize_date(before)
+        if self.covers_before is not None and (b is None or date_key(b) > date_key(self.covers_before)):
+            raise ValueError(f"this index holds only the papers published before {self.covers_before} "
+                             f"(search.dense_before), so it cannot serve a search before {b or 'any date'}: "
+                             "raise search.dense_before or set it to null")
         if b is None:
             return len(self.ids)
         return bisect.bisect_left(self._keys, date_key(b), 0, self._n_dated_end)
+
+    def prefix_before(self, before: str) -> "DatedDocs":
+        """The documents published before ``before`` (with the undated ones when ``keep_undated``): an index prefix,
+        so an index over it answers every search dated on or before ``before`` exactly as the full index would."""
+        b = normalize_date(before)
+        n = self.cutoff(b)
+        h = hashlib.sha256(f"{self.fingerprint}\x1f{b}".encode()).hexdigest()[:20]
+        return DatedDocs(self.ids[:n], self.dates[:n], self.keep_undated, h, covers_before=b)
 
     @classmethod
     def from_papers(cls, papers: Sequence[Paper], fields: Sequence[str], keep_undated: bool = True,

@@ -60,6 +60,11 @@ class SearchConfig:
     hnsw_ef_search: int = 128
     faiss_gpu: bool = False  # needs faiss-gpu (the `gpu` extra)
     encode_batch_size: Optional[int] = None  # default: the embedder's batch_size
+    # Encode and index only the papers published before this date (ours, default off). Exact for every search
+    # dated on or before it — the before-date filter is an index prefix (dated_docs.py) — and a search after it is
+    # refused, never silently truncated. For closed-corpus evaluations whose queries all predate most of the corpus
+    # (AutoScholarQuery dev 2016-2023 vs the 2024-26 arXiv dump: ~1k of 99k papers), it skips encoding the rest.
+    dense_before: Optional[str] = None
     # Shared cache of document vectors (embedding_pool.py); null keeps an index-private one, deleted once built.
     embedding_pool: Optional[str] = None
     # Hybrid: reciprocal rank fusion (Cormack et al. 2009; k=60 is theirs)
@@ -213,6 +218,11 @@ def _dense(cfg: SearchConfig, docs: DatedDocs, texts: list[str], embedder, index
            progress: bool) -> DenseSearch:
     if cfg.faiss_index not in INDEX_TYPES:
         raise ValueError(f"faiss_index must be one of {INDEX_TYPES}, got {cfg.faiss_index!r}")
+    if cfg.dense_before is not None:
+        docs = docs.prefix_before(cfg.dense_before)
+        texts = texts[:len(docs)]
+        log.info("dense index limited to the %d papers published before %s (search.dense_before)", len(docs),
+                 docs.covers_before)
     vectors, key = _embeddings(cfg, docs, texts, embedder, index_dir, info, progress)
     t = time.perf_counter()
     if cfg.faiss_index == "flat":

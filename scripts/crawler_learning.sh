@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# PaSa Crawler on AutoScholarQuery dev, closed corpus = the shared corpus + the dev gold papers (issue 5's Show):
+#
+#   nice -n 10 bash scripts/crawler_learning.sh > outputs/crawler_learning/run.log 2>&1
+#
+# 1. `data_gen crawler_sessions` on the first $SESSION_QUERIES dev queries (SmolLM2 as the Table 7 teacher, vLLM);
+# 2. `train crawler_sft` on them, 15 % of the user queries held out for the loss (split + train_qids.txt);
+# 3. `eval pasa` on dev queries NOT used by crawler SFT: search-only (BM25, dense MiniLM, hybrid RRF) on the first
+#    $SEARCH_QUERIES, then paraphrase + search and the agent before / after crawler SFT on the first $AGENT_QUERIES.
+# Every step resumes: data_gen reads its finished shards back, SFT continues from its last checkpoint, eval pasa
+# skips finished queries (resume_dir). Needs ../shared/data. The Selector of the agent rows: $SELECTOR_MODEL
+# (default: the fine-tuned one from scripts/selector_learning.sh when present, else the embedded SmolLM2).
+#
+# The dense index covers only the papers before $DENSE_BEFORE (search.dense_before): exact for these queries
+# (all dated 2016-2023; the arXiv dump is 2024-26), and it encodes ~2k papers instead of 99k on a CPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-outputs/crawler_learning}
+SESSION_QUERIES=${SESSION_QUERIES:-300}
+SEARCH_QUERIES=${SEARCH_QUERIES:-100}
+AGENT_QUERIES=${AGENT_QUERIES:-20}
+DENSE_BEFORE=${DENSE_BEFORE:-2024-01-01}
+SFT_EXTRA=${SFT_EXTRA:-}
+DEV=../shared/data/queries/autoscholarquery_dev.jsonl
+if [ -z "${SELECTOR_MODEL:-}" ]; then
+  SELECTOR_MODEL=embedded:smollm2
+  [ -f outputs/selector_full/checkpoints/final/config.json ] && SELECTOR_MODEL=outputs/selector_full/checkpoints/final
+fi
+export WANDB_MODE=${WANDB_MODE:-offline} TOKENIZERS_PARALLELISM=false
+mkdir -p "$OUT"
+
+# 1. imitation data (Appendix A.1)
+scholar data_gen crawler_sessions papers=shared_corpus search=bm25 llm=smollm2_vllm data_gen.queries=$DEV \
+  limit="$SESSION_QUERIES" out_dir="$OUT/sessions"
+
+# 2. imitation learning (a plain HF dir in $OUT/crawler_sft/final)
+# shellcheck disable=SC2086
+scholar train crawler_sft sft.train_file="$OUT/sessions/train.jsonl" sft.run_name=crawler_sft_dev \
+  sft.output_dir="$OUT/crawler_sft" heldout.fraction=0.15 sft.max_length=768 sft.num_train_epochs=1 \
+  sft.learning_rate=1e-4 sft.eval_steps=10 sft.save_steps=10 hydra.run.dir="$OUT/crawler_sft_run" $SFT_EXTRA
+
+# 3. Table 2's rows through one harness, same queries, same corpus and date filter
+scholar eval pasa papers=shared_corpus search=bm25 search.dense_before="$DENSE_BEFORE" queries.path=$DEV \
+  queries.exclude_qids_file="$OUT/crawler_sft/split/train_qids.txt" queries.limit="$SEARCH_QUERIES" \
+  selector_llm.model="$SELECTOR_MODEL" crawler.env.max_actions=5 crawler.env.max_sessions=4 chunk_queries=10 \
+  resume_dir="$OUT/eval_dev" \
+  "rows=[{name: search_bm25, method: search, search: bm25, label: 'Search-only (BM25)'},
+         {name: search_dense, method: search, search: dense, label: 'Search-only (dense, MiniLM)'},
+         {name: search_hybrid, method: search, search: hybrid, label: 'Search-only (hybrid RRF)'},
+         {name: paraphrase_bm25, method: paraphrase, search: bm25, limit: $AGENT_QUERIES,
+          label: 'LLM paraphrase (SmolLM2, Table 13) + BM25'},
+         {name: agent_smollm2, method: agent, limit: $AGENT_QUERIES, label: 'Agent, SmolLM2 before crawler SFT'},
+         {name: agent_smollm2_instructed, method: agent, instructed_prompts: true, limit: $AGENT_QUERIES,
+          label: 'Agent, SmolLM2 before SFT + format instructions (prompted agent)'},
+         {name: agent_sft, method: agent, crawler_model: $OUT/crawler_sft/final, limit: $AGENT_QUERIES,
+          label: 'Agent, SmolLM2 after crawler SFT'},
+         {name: agent_sft_no_expand, method: agent, crawler_model: $OUT/crawler_sft/final, expand: false,
+          limit: $AGENT_QUERIES, label: 'Agent after SFT, w/o [Expand] (Table 5)'}]"
+echo "report: $OUT/eval_dev/report.md"
