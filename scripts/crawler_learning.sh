@@ -12,14 +12,14 @@
 # (default: the fine-tuned one from scripts/selector_learning.sh when present, else the embedded SmolLM2).
 #
 # The dense index covers only the papers before $DENSE_BEFORE (search.dense_before): exact for these queries
-# (all dated 2016-2023; the arXiv dump is 2024-26), and it encodes ~2k papers instead of 99k on a CPU.
+# (dated 2007 to 2024-07-31; the arXiv dump is 2024-26), and it encodes ~9.5k papers instead of 99k on a CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-outputs/crawler_learning}
 SESSION_QUERIES=${SESSION_QUERIES:-300}
 SEARCH_QUERIES=${SEARCH_QUERIES:-100}
 AGENT_QUERIES=${AGENT_QUERIES:-20}
-DENSE_BEFORE=${DENSE_BEFORE:-2024-01-01}
+DENSE_BEFORE=${DENSE_BEFORE:-2024-07-31}  # the latest before-date of the dev queries (20240731)
 SFT_EXTRA=${SFT_EXTRA:-}
 DEV=../shared/data/queries/autoscholarquery_dev.jsonl
 if [ -z "${SELECTOR_MODEL:-}" ]; then
@@ -39,21 +39,27 @@ scholar train crawler_sft sft.train_file="$OUT/sessions/train.jsonl" sft.run_nam
   sft.output_dir="$OUT/crawler_sft" heldout.fraction=0.15 sft.max_length=768 sft.num_train_epochs=1 \
   sft.learning_rate=1e-4 sft.eval_steps=10 sft.save_steps=10 hydra.run.dir="$OUT/crawler_sft_run" $SFT_EXTRA
 
-# 3. Table 2's rows through one harness, same queries, same corpus and date filter
+# 3. Table 2's rows through one harness, same queries, same corpus and date filter (Hydra overrides are one line:
+#    the rows are joined below)
+ROWS=(
+  "{name: search_bm25, method: search, search: bm25, label: 'Search-only (BM25)'}"
+  "{name: search_dense, method: search, search: dense, label: 'Search-only (dense, MiniLM)'}"
+  "{name: search_hybrid, method: search, search: hybrid, label: 'Search-only (hybrid RRF)'}"
+  "{name: paraphrase_bm25, method: paraphrase, search: bm25, limit: $AGENT_QUERIES, label: 'LLM paraphrase (SmolLM2, Table 13) + BM25'}"
+  "{name: agent_smollm2, method: agent, limit: $AGENT_QUERIES, label: 'Agent, SmolLM2 before crawler SFT'}"
+  "{name: agent_smollm2_instructed, method: agent, instructed_prompts: true, limit: $AGENT_QUERIES, label: 'Agent, SmolLM2 before SFT + format instructions (prompted agent)'}"
+  "{name: agent_sft, method: agent, crawler_model: '$OUT/crawler_sft/final', limit: $AGENT_QUERIES, label: 'Agent, SmolLM2 after crawler SFT'}"
+  "{name: agent_sft_no_expand, method: agent, crawler_model: '$OUT/crawler_sft/final', expand: false, limit: $AGENT_QUERIES, label: 'Agent after SFT, w/o [Expand] (Table 5)'}"
+)
+RUN_ROWS=${RUN_ROWS:-all}   # or a comma-separated subset of the row names
+SELECTED=()
+for r in "${ROWS[@]}"; do
+  name=$(sed -E 's/^\{name: ([a-z0-9_]+),.*/\1/' <<<"$r")
+  if [ "$RUN_ROWS" = all ] || [[ ",$RUN_ROWS," == *",$name,"* ]]; then SELECTED+=("$r"); fi
+done
+ROWS_ARG="rows=[$(IFS=,; echo "${SELECTED[*]}")]"
 scholar eval pasa papers=shared_corpus search=bm25 search.dense_before="$DENSE_BEFORE" queries.path=$DEV \
   queries.exclude_qids_file="$OUT/crawler_sft/split/train_qids.txt" queries.limit="$SEARCH_QUERIES" \
   selector_llm.model="$SELECTOR_MODEL" crawler.env.max_actions=5 crawler.env.max_sessions=4 chunk_queries=10 \
-  resume_dir="$OUT/eval_dev" \
-  "rows=[{name: search_bm25, method: search, search: bm25, label: 'Search-only (BM25)'},
-         {name: search_dense, method: search, search: dense, label: 'Search-only (dense, MiniLM)'},
-         {name: search_hybrid, method: search, search: hybrid, label: 'Search-only (hybrid RRF)'},
-         {name: paraphrase_bm25, method: paraphrase, search: bm25, limit: $AGENT_QUERIES,
-          label: 'LLM paraphrase (SmolLM2, Table 13) + BM25'},
-         {name: agent_smollm2, method: agent, limit: $AGENT_QUERIES, label: 'Agent, SmolLM2 before crawler SFT'},
-         {name: agent_smollm2_instructed, method: agent, instructed_prompts: true, limit: $AGENT_QUERIES,
-          label: 'Agent, SmolLM2 before SFT + format instructions (prompted agent)'},
-         {name: agent_sft, method: agent, crawler_model: $OUT/crawler_sft/final, limit: $AGENT_QUERIES,
-          label: 'Agent, SmolLM2 after crawler SFT'},
-         {name: agent_sft_no_expand, method: agent, crawler_model: $OUT/crawler_sft/final, expand: false,
-          limit: $AGENT_QUERIES, label: 'Agent after SFT, w/o [Expand] (Table 5)'}]"
+  resume_dir="$OUT/eval_dev" "$ROWS_ARG"
 echo "report: $OUT/eval_dev/report.md"

@@ -8,16 +8,19 @@
 #    $TRAIN_QUERIES dev queries (disjoint from the crawler-SFT queries), all of them every step, so the mean session
 #    return of step t and step t' are over the same queries; crawler recall on $EVAL_QUERIES held-out dev queries
 #    (not used by crawler SFT) before and after (eval_start / eval_end in metrics.json);
-# 2. PaSa Table 6's sweep ppo.alpha=0.5,1.0,1.5,2.0 (Hydra multirun), $SWEEP_STEPS steps each, + `sweep report`;
+# 2. PaSa Table 6's sweep ppo.alpha=0.5,1.0,1.5,2.0 (Hydra multirun), $SWEEP_STEPS steps of $SWEEP_QUERIES_PER_STEP
+#    queries each (same pool), + `sweep report`;
 # 3. bench/ppo.py's time split of the training run's steps.
-# Re-running resumes every part (the newest checkpoint in each run dir; finished sweep jobs are skipped).
+# Re-running resumes: each PPO run continues from the newest checkpoint in its run dir; a finished sweep (its report
+# exists) is not run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-outputs/ppo_learning}
 CRAWLER=${CRAWLER:-outputs/crawler_learning/crawler_sft}
 SELECTOR_MODEL=${SELECTOR_MODEL:-outputs/selector_full/checkpoints/final}
-STEPS=${STEPS:-12}
-SWEEP_STEPS=${SWEEP_STEPS:-3}
+STEPS=${STEPS:-10}
+SWEEP_STEPS=${SWEEP_STEPS:-2}
+SWEEP_QUERIES_PER_STEP=${SWEEP_QUERIES_PER_STEP:-4}
 TRAIN_QUERIES=${TRAIN_QUERIES:-8}
 EVAL_QUERIES=${EVAL_QUERIES:-20}
 PPO_EXTRA=${PPO_EXTRA:-}
@@ -30,16 +33,17 @@ COMMON=(papers=shared_corpus search=bm25 ppo=cpu_smollm2 ppo.policy_model="$CRAW
   queries.train.path=$DEV queries.train.offset=300 queries.train.limit="$TRAIN_QUERIES"
   queries.eval.path=$DEV queries.eval.offset=0 queries.eval.limit="$EVAL_QUERIES"
   queries.eval.exclude_qids_file="$CRAWLER/split/train_qids.txt"
-  crawler.env.max_actions=5 crawler.env.max_sessions=4 ppo.queries_per_step="$TRAIN_QUERIES")
+  crawler.env.max_actions=5 crawler.env.max_sessions=4)
 
 # 1. the training run
 # shellcheck disable=SC2086
-scholar train crawler_ppo "${COMMON[@]}" ppo.total_steps="$STEPS" hydra.run.dir="$OUT/main" $PPO_EXTRA
+scholar train crawler_ppo "${COMMON[@]}" ppo.queries_per_step="$TRAIN_QUERIES" ppo.total_steps="$STEPS" hydra.run.dir="$OUT/main" $PPO_EXTRA
 
 # 2. Table 6: one run per alpha (the policy trains from step 1 here: a short run)
 if [ ! -f "$OUT/alpha_sweep_report/sweep_report.md" ]; then
   # shellcheck disable=SC2086
   scholar train crawler_ppo -m "${COMMON[@]}" 'ppo.alpha=0.5,1.0,1.5,2.0' ppo.total_steps="$SWEEP_STEPS" \
+    ppo.queries_per_step="$SWEEP_QUERIES_PER_STEP" \
     ppo.policy_freeze_steps=0 ppo.eval_at_start=false hydra.sweep.dir="$OUT/alpha_sweep" $PPO_EXTRA
   scholar sweep report sweep_dir="$OUT/alpha_sweep" \
     'report.metrics=[eval.crawler_recall,eval.crawler_actions,train.session_return_last,train.seconds_per_step]' \

@@ -149,7 +149,9 @@ class Resources:
             "citation source": f"{self.cfg.papers.get('citation_source', 'paper store sections')}: "
                                f"{stats['with_sections']} papers with sections, {stats['references']} references "
                                f"({stats['resolved_references']} resolved to stored papers)",
-            "search": f"{self.cfg.search.kind} (k={self.cfg.crawler.env.search_k} per [Search])",
+            "search": f"{self.cfg.search.kind} (k={self.cfg.crawler.env.search_k} per [Search])"
+                      + (f"; dense index over the papers before {self.cfg.search.dense_before} (search.dense_before)"
+                         if self.cfg.search.get("dense_before") else ""),
             "crawler": f"{self.cfg.llm.model} ({self.cfg.llm.backend})",
             "selector": f"{(self.cfg.get('selector_llm') or self.cfg.llm).model}, threshold "
                         f"{self.cfg.selector.threshold}",
