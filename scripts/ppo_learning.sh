@@ -24,6 +24,7 @@ SWEEP_QUERIES_PER_STEP=${SWEEP_QUERIES_PER_STEP:-4}
 TRAIN_QUERIES=${TRAIN_QUERIES:-8}
 EVAL_QUERIES=${EVAL_QUERIES:-20}
 PPO_EXTRA=${PPO_EXTRA:-}
+PARTS=${PARTS:-"main sweep bench"}   # run a subset, e.g. PARTS=sweep (the parts are independent once main has a policy)
 DEV=../shared/data/queries/autoscholarquery_dev.jsonl
 export WANDB_MODE=${WANDB_MODE:-offline} TOKENIZERS_PARALLELISM=false
 mkdir -p "$OUT"
@@ -36,11 +37,14 @@ COMMON=(papers=shared_corpus search=bm25 ppo=cpu_smollm2 ppo.policy_model="$CRAW
   crawler.env.max_actions=5 crawler.env.max_sessions=4)
 
 # 1. the training run
-# shellcheck disable=SC2086
-scholar train crawler_ppo "${COMMON[@]}" ppo.queries_per_step="$TRAIN_QUERIES" ppo.total_steps="$STEPS" hydra.run.dir="$OUT/main" $PPO_EXTRA
+if [[ " $PARTS " == *" main "* ]]; then
+  # shellcheck disable=SC2086
+  scholar train crawler_ppo "${COMMON[@]}" ppo.queries_per_step="$TRAIN_QUERIES" ppo.total_steps="$STEPS" \
+    hydra.run.dir="$OUT/main" $PPO_EXTRA
+fi
 
 # 2. Table 6: one run per alpha (the policy trains from step 1 here: a short run)
-if [ ! -f "$OUT/alpha_sweep_report/sweep_report.md" ]; then
+if [[ " $PARTS " == *" sweep "* ]] && [ ! -f "$OUT/alpha_sweep_report/sweep_report.md" ]; then
   # shellcheck disable=SC2086
   scholar train crawler_ppo -m "${COMMON[@]}" 'ppo.alpha=0.5,1.0,1.5,2.0' ppo.total_steps="$SWEEP_STEPS" \
     ppo.queries_per_step="$SWEEP_QUERIES_PER_STEP" \
@@ -52,4 +56,6 @@ if [ ! -f "$OUT/alpha_sweep_report/sweep_report.md" ]; then
 fi
 
 # 3. where a step's time goes
-python bench/ppo.py --from-metrics "$OUT/main/metrics.jsonl" --json "$OUT/main/time_split.json"
+if [[ " $PARTS " == *" bench "* ]]; then
+  python bench/ppo.py --from-metrics "$OUT/main/metrics.jsonl" --json "$OUT/main/time_split.json"
+fi
