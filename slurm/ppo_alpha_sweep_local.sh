@@ -20,7 +20,7 @@ OUT="$(realpath -m "${OUT:-outputs/ppo_alpha_sweep_local}")"
 STEPS="${STEPS:-4}"
 EVAL_QUERIES="${EVAL_QUERIES:-10}"
 if [[ -z "${CRAWLER_DATA:-}" ]]; then
-    for f in outputs/checkpoints/hB_crawler_sft/split/train.jsonl outputs/h8_crawler_sessions/train.jsonl \
+    for f in outputs/crawler_learning/crawler_sft/split/train.jsonl outputs/checkpoints/hB_crawler_sft/split/train.jsonl \
              tests/assets/pasa_release/sft_crawler/train.jsonl; do
         [[ -f "$f" ]] && { CRAWLER_DATA="$f"; break; }
     done
