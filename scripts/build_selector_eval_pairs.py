@@ -70,6 +70,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--negatives", default="before", choices=["before", "any", "mixed"],
                     help="search with the query's before-date (default), without it, or alternate the two")
+    ap.add_argument("--title-only", action="store_true",
+                    help="pairs without abstracts (title only, both labels): every query whose gold papers are in the "
+                         "store is usable, also those whose gold papers are title-only stubs (~5x the positives on "
+                         "AutoScholarQuery dev); a deviation from Table 15's prompt, for data-starved CPU runs")
     ap.add_argument("--rebuild-index", action="store_true", help="rebuild the search index instead of loading it")
     ap.add_argument("--no-balance-train", dest="balance_train", action="store_false",
                     help="write every train pair to sft_train.jsonl (default: positives + as many negatives)")
@@ -102,7 +106,7 @@ def main(argv: list[str] | None = None) -> dict:
         usable = []
         for q in queries:
             gold = store.get_many(q.gold_ids, with_sections=False)
-            pos = [gold[g] for g in q.gold_ids if g in gold and gold[g].abstract]
+            pos = [gold[g] for g in q.gold_ids if g in gold and (gold[g].abstract or args.title_only)]
             if pos:
                 usable.append((q, pos))
         rng.shuffle(usable)
@@ -123,13 +127,15 @@ def main(argv: list[str] | None = None) -> dict:
                           "mixed": interleave([h.paper_id for h in hb], [h.paper_id for h in ha])}[args.negatives]
             cand = store.get_many([c for c in candidates if c not in gold_ids], with_sections=False)
             before_ids = {h.paper_id for h in hb}
-            negs = [cand[c] for c in candidates if c in cand and cand[c].abstract][:args.neg_per_query]
+            negs = [cand[c] for c in candidates if c in cand and (cand[c].abstract or args.title_only)]
+            negs = negs[:args.neg_per_query]
             chosen_pos = rng.sample(pos, min(args.pos_per_query, len(pos)))
             for paper, label in [(p, True) for p in chosen_pos] + [(p, False) for p in negs]:
                 source = "gold" if label else ("search_before" if paper.paper_id in before_ids else "search")
                 rows[split].append({
                     "qid": q.qid, "paper_id": paper.paper_id, "query": q.question, "title": paper.title,
-                    "abstract": truncate_abstract(paper.abstract, args.max_abstract_chars), "label": label,
+                    "abstract": "" if args.title_only else truncate_abstract(paper.abstract, args.max_abstract_chars),
+                    "label": label,
                     "source": source,
                 })
                 stats[f"{split}_{source}"] += 1

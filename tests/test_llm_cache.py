@@ -109,7 +109,8 @@ def test_next_token_probs_are_cached(tiny_llm, tmp_path):
     b = llm.next_token_probs(PROMPTS, ["True", "False"])
     assert backend.seen == [3, 2] and llm.hits == 3
     np.testing.assert_array_equal(a, b[:3])
-    np.testing.assert_allclose(b, tiny_llm.next_token_probs(PROMPTS, ["True", "False"]), rtol=1e-6)
+    # cached rows were scored in other batches (3 + 2 vs 5 prompts): left padding moves fp32 results by ~1e-6
+    np.testing.assert_allclose(b, tiny_llm.next_token_probs(PROMPTS, ["True", "False"]), rtol=2e-5)
     llm.next_token_probs(PROMPTS[:1], ["False", "True"])  # other candidates: another key
     assert backend.seen[-1] == 1
     llm.close()
