@@ -22,10 +22,7 @@ AGENT_QUERIES=${AGENT_QUERIES:-20}
 DENSE_BEFORE=${DENSE_BEFORE:-2024-07-31}  # the latest before-date of the dev queries (20240731)
 SFT_EXTRA=${SFT_EXTRA:-}
 DEV=../shared/data/queries/autoscholarquery_dev.jsonl
-if [ -z "${SELECTOR_MODEL:-}" ]; then
-  SELECTOR_MODEL=embedded:smollm2
-  [ -f outputs/selector_full/checkpoints/final/config.json ] && SELECTOR_MODEL=outputs/selector_full/checkpoints/final
-fi
+source scripts/_selector_model.sh
 export WANDB_MODE=${WANDB_MODE:-offline} TOKENIZERS_PARALLELISM=false
 mkdir -p "$OUT"
 

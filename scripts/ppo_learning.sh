@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-outputs/ppo_learning}
 CRAWLER=${CRAWLER:-outputs/crawler_learning/crawler_sft}
-SELECTOR_MODEL=${SELECTOR_MODEL:-outputs/selector_full/checkpoints/final}
+source scripts/_selector_model.sh   # $SELECTOR_MODEL, else the fine-tuned one, else the embedded SmolLM2
 STEPS=${STEPS:-10}
 SWEEP_STEPS=${SWEEP_STEPS:-2}
 SWEEP_QUERIES_PER_STEP=${SWEEP_QUERIES_PER_STEP:-4}
@@ -37,6 +37,10 @@ COMMON=(papers=shared_corpus search=bm25 ppo=cpu_smollm2 ppo.policy_model="$CRAW
   crawler.env.max_actions=5 crawler.env.max_sessions=4)
 
 # 1. the training run
+if [[ " $PARTS " == *" main "* || " $PARTS " == *" sweep "* ]] && [ ! -f "$CRAWLER/final/config.json" ]; then
+  echo "no crawler-SFT policy in $CRAWLER/final: run scripts/crawler_learning.sh first (or set CRAWLER=)" >&2
+  exit 2
+fi
 if [[ " $PARTS " == *" main "* ]]; then
   # shellcheck disable=SC2086
   scholar train crawler_ppo "${COMMON[@]}" ppo.queries_per_step="$TRAIN_QUERIES" ppo.total_steps="$STEPS" \

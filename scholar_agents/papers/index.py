@@ -63,7 +63,8 @@ class SearchConfig:
     # Encode and index only the papers published before this date (ours, default off). Exact for every search
     # dated on or before it — the before-date filter is an index prefix (dated_docs.py) — and a search after it is
     # refused, never silently truncated. For closed-corpus evaluations whose queries all predate most of the corpus
-    # (AutoScholarQuery dev 2016-2023 vs the 2024-26 arXiv dump: ~1k of 99k papers), it skips encoding the rest.
+    # (AutoScholarQuery dev, dated up to 2024-07-31, vs the 2024-26 arXiv dump: 9.5k of 99k papers), it skips
+    # encoding the rest.
     dense_before: Optional[str] = None
     # Shared cache of document vectors (embedding_pool.py); null keeps an index-private one, deleted once built.
     embedding_pool: Optional[str] = None
