@@ -11,6 +11,11 @@ For each query (PaSa format) whose gold papers have an abstract in the store:
   unfiltered ones — a 2025 paper on the query's topic is relevant, merely too recent to be cited, so the unfiltered
   negatives are mostly label noise. Retrieved non-gold papers can still be relevant (AutoScholarQuery's answers
   are a subset of the true ones, PaSa §4.2): some label noise remains.
+``--teacher minilm`` filters the TRAIN labels the way PaSa App. B filters its GPT-4o data, with the offline
+embedder as the teacher: a gold paper is kept as a positive only if the teacher accepts it (cosine(query, title +
+abstract) >= ``--teacher-threshold``), a retrieved non-gold paper is a negative only if the teacher rejects it
+(the next rejected candidate of the top ``--k`` takes an accepted one's place). The held-out labels are never
+filtered: they stay gold vs retrieved non-gold, so base and fine-tuned models are compared on the same pairs.
 Queries are shuffled (``--seed``) and the first ``--test-fraction`` of them form the held-out part, so no query
 appears on both sides. Abstracts are cut to ``--max-abstract-chars`` at a word boundary (the Table 15 prompt then
 fits SmolLM2's CPU budget); score with the same cut (``selector.max_abstract_chars``).
@@ -54,6 +59,17 @@ def interleave(*lists):
     return out
 
 
+def teacher_accepts(embedder, query: str, papers: list, abstract_chars: int, threshold: float) -> list[bool]:
+    """The offline teacher's decision per paper: cosine(query, title + abstract as the Selector reads it) >= threshold."""
+    if not papers:
+        return []
+    docs = [f"{p.title}. {truncate_abstract(p.abstract, abstract_chars) if abstract_chars else ''}".strip()
+            for p in papers]
+    q = embedder.encode([query], kind="query")
+    d = embedder.encode(docs, kind="doc")
+    return [bool(x >= threshold) for x in (d @ q[0])]
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--papers", default="shared_corpus", help="conf/papers preset: shared_corpus | sample")
@@ -74,6 +90,11 @@ def main(argv: list[str] | None = None) -> dict:
                     help="pairs without abstracts (title only, both labels): every query whose gold papers are in the "
                          "store is usable, also those whose gold papers are title-only stubs (~5x the positives on "
                          "AutoScholarQuery dev); a deviation from Table 15's prompt, for data-starved CPU runs")
+    ap.add_argument("--teacher", default="none", choices=["none", "minilm"],
+                    help="filter the TRAIN labels with a teacher as in PaSa App. B (GPT-4o there; the offline "
+                         "embedder here): positives = gold the teacher accepts, negatives = non-gold it rejects")
+    ap.add_argument("--teacher-threshold", type=float, default=0.2,
+                    help="the teacher accepts a pair when cosine(query, title + abstract) >= this")
     ap.add_argument("--rebuild-index", action="store_true", help="rebuild the search index instead of loading it")
     ap.add_argument("--no-balance-train", dest="balance_train", action="store_false",
                     help="write every train pair to sft_train.jsonl (default: positives + as many negatives)")
@@ -88,7 +109,8 @@ def main(argv: list[str] | None = None) -> dict:
     if scfg.kind == "online":
         raise SystemExit("negatives are mined from the local corpus: use --search bm25 | dense | hybrid")
     embedder = None
-    if scfg.kind == "dense" or (scfg.kind == "hybrid" and "dense" in scfg.hybrid_components):
+    if args.teacher == "minilm" or scfg.kind == "dense" or (scfg.kind == "hybrid" and
+                                                            "dense" in scfg.hybrid_components):
         from scholar_agents.llm.embedder import build_embedder
 
         embedder = build_embedder(cfg.embedder)
@@ -128,8 +150,16 @@ def main(argv: list[str] | None = None) -> dict:
             cand = store.get_many([c for c in candidates if c not in gold_ids], with_sections=False)
             before_ids = {h.paper_id for h in hb}
             negs = [cand[c] for c in candidates if c in cand and (cand[c].abstract or args.title_only)]
-            negs = negs[:args.neg_per_query]
             chosen_pos = rng.sample(pos, min(args.pos_per_query, len(pos)))
+            if split == "train" and args.teacher != "none":
+                abstract_chars = 0 if args.title_only else args.max_abstract_chars
+                accepted = teacher_accepts(embedder, q.question, chosen_pos + negs, abstract_chars,
+                                           args.teacher_threshold)
+                stats["train_teacher_rejected_gold"] += sum(not a for a in accepted[:len(chosen_pos)])
+                stats["train_teacher_accepted_non_gold"] += sum(accepted[len(chosen_pos):])
+                chosen_pos = [p for p, a in zip(chosen_pos, accepted) if a]
+                negs = [p for p, a in zip(negs, accepted[len(accepted) - len(negs):]) if not a]
+            negs = negs[:args.neg_per_query]
             for paper, label in [(p, True) for p in chosen_pos] + [(p, False) for p in negs]:
                 source = "gold" if label else ("search_before" if paper.paper_id in before_ids else "search")
                 rows[split].append({

@@ -22,6 +22,7 @@ LORA=${LORA:-"sft.lora.enabled=true sft.lora.r=16 sft.lora.alpha=32 sft.learning
 sft.lora.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj] \
 sft.lora.layers_to_transform=[22,23,24,25,26,27,28,29]"}
 SFT_EXTRA=${SFT_EXTRA:-}
+SAVE_STEPS=${SAVE_STEPS:-10}     # checkpoint interval (a full-FT checkpoint with optimizer state is ~1.6 GB)
 EVAL_LIMIT=${EVAL_LIMIT:-null}   # held-out pairs scored per model (null = all); pairs are grouped by query
 mkdir -p "$OUT"
 
@@ -34,7 +35,7 @@ fi
 scholar train selector_sft sft=cpu_smollm2 sft.train_file="$OUT/pairs/sft_train.jsonl" \
   sft.max_train_samples="$TRAIN_PAIRS" sft.num_train_epochs="$EPOCHS" \
   sft.output_dir="$OUT/checkpoints" sft.run_name=selector_learning_smollm2 \
-  sft.save_steps=10 hydra.run.dir="$OUT/train" $LORA $SFT_EXTRA
+  sft.save_steps="$SAVE_STEPS" hydra.run.dir="$OUT/train" $LORA $SFT_EXTRA
 
 if [ ! -f "$OUT/eval_base/metrics.json" ]; then
   scholar eval selector data.path="$OUT/pairs/pairs_test.jsonl" data.limit="$EVAL_LIMIT" selector=cpu name=base \

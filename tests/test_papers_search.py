@@ -153,6 +153,33 @@ def test_index_written_by_an_older_format_is_rebuilt_not_loaded(tmp_path, sample
     store.close()
 
 
+def test_a_bm25_build_does_not_wait_for_a_dense_build_in_the_same_directory(tmp_path, sample_store):
+    """Locks are per component: while another builder holds the dense lock of an index directory (an hour-long
+    encoding on a real corpus), a BM25-only job builds and loads; a second BM25 builder does wait."""
+    import threading
+
+    from scholar_agents.papers.index import index_lock
+
+    store = _small_store(tmp_path, sample_store, n=20)
+    done = threading.Event()
+
+    def build_bm25():
+        load_or_build_search(SearchConfig(kind="bm25"), store, None, tmp_path / "idx")
+        done.set()
+
+    with index_lock(tmp_path / "idx", "dense"):
+        worker = threading.Thread(target=build_bm25, daemon=True)
+        worker.start()
+        assert done.wait(timeout=120), "the BM25 build waited for the dense lock"
+    done.clear()
+    with index_lock(tmp_path / "idx", "bm25"):
+        worker = threading.Thread(target=build_bm25, daemon=True)
+        worker.start()
+        assert not done.wait(timeout=3)  # same component: it waits for the holder
+    assert done.wait(timeout=120)
+    store.close()
+
+
 def test_corpus_change_rebuilds_and_reuses_unchanged_vectors(tmp_path, sample_store, papers_embedder):
     # no pool: the index's own previous vectors are what gets reused
     store = _small_store(tmp_path, sample_store, n=15)

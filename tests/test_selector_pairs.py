@@ -40,3 +40,32 @@ def test_pairs_from_the_sample_split_by_query(tmp_path, monkeypatch):
     answers = [s["messages"][-1]["content"] for s in sft]
     assert set(answers) == {"True", "False"} and answers.count("True") == answers.count("False")  # balanced
     assert sft[0]["messages"][0]["content"].startswith("You are an elite researcher")
+
+
+def test_teacher_filters_train_labels_only(tmp_path, monkeypatch):
+    """--teacher minilm (PaSa App. B's label filter, offline teacher): train positives are gold the teacher accepts,
+    train negatives non-gold it rejects; the held-out pairs are exactly those of the unfiltered build."""
+    monkeypatch.setenv("SCHOLAR_CACHE", str(tmp_path / "cache"))
+    script = _load_script()
+    queries = str(Path(__file__).resolve().parents[1] / "scholar_agents" / "assets" / "sample" /
+                  "autoscholarquery_dev.jsonl")
+    common = ["--papers", "sample", "--search", "bm25", "--queries", queries, "--max-queries", "20",
+              "--neg-per-query", "2", "--test-fraction", "0.25"]
+    plain = script.main(common + ["--out-dir", str(tmp_path / "plain")])
+    threshold = 0.3
+    taught = script.main(common + ["--out-dir", str(tmp_path / "taught"), "--teacher", "minilm",
+                                   "--teacher-threshold", str(threshold)])
+    assert (tmp_path / "plain" / "pairs_test.jsonl").read_text() == (tmp_path / "taught" / "pairs_test.jsonl").read_text()
+    counts = taught["counts"]
+    assert counts["train_teacher_rejected_gold"] + counts["train_teacher_accepted_non_gold"] > 0  # it did filter
+    assert taught["train_positive"] == plain["train_positive"] - counts["train_teacher_rejected_gold"]
+
+    from scholar_agents.llm.embedder import build_embedder
+
+    rows = [json.loads(line) for line in (tmp_path / "taught" / "pairs_train.jsonl").open()]
+    emb = build_embedder()
+    q = emb.encode([r["query"] for r in rows], kind="query")
+    d = emb.encode([f"{r['title']}. {r['abstract']}" for r in rows], kind="doc")
+    cos = (q * d).sum(1)
+    for r, c in zip(rows, cos):
+        assert (c >= threshold - 1e-5) if r["label"] else (c < threshold + 1e-5), (r["label"], c)

@@ -113,15 +113,16 @@ def _read_manifest(d: Path) -> dict[str, Any] | None:
 
 
 @contextlib.contextmanager
-def index_lock(index_dir: Path):
-    """One builder per index directory at a time (the demo, a test session and an eval job may start together);
-    the others wait, then find the finished index and load it."""
+def index_lock(index_dir: Path, component: str):
+    """One builder per index component (bm25, dense) of a directory at a time (the demo, a test session and an eval
+    job may start together); the others wait, then find the finished index and load it. Per component, so a
+    BM25-only job never waits for another job's hour-long dense encoding."""
     index_dir.mkdir(parents=True, exist_ok=True)
-    with open(index_dir / ".lock", "w") as f:
+    with open(index_dir / f".lock-{component}", "w") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            log.info("waiting for another process building the index in %s ...", index_dir)
+            log.info("waiting for another process building the %s index in %s ...", component, index_dir)
             fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -280,8 +281,8 @@ def load_or_build_search(cfg: SearchConfig | DictConfig | dict | None, store, em
     info: dict[str, Any] = {"documents": {"n": len(docs), "fingerprint": docs.fingerprint,
                                           "seconds": time.perf_counter() - t}}
     built: dict[str, SearchBackend] = {}
-    with index_lock(index_dir):
-        for n in names:
+    for n in names:
+        with index_lock(index_dir, n):
             if n == "bm25":
                 built[n] = _bm25(cfg, docs, texts, index_dir, info, progress)
             else:
