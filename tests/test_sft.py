@@ -167,6 +167,63 @@ def test_lora_on_top_layers_saves_a_merged_plain_model(tiny_model_dir, sft_file,
     assert not torch.allclose(w(tuned, 1), w(base, 1))  # layer 1's adapter was merged in
 
 
+def test_depth_pruned_head_only_run_changes_only_the_untied_head(tiny_model_dir, sft_file, tmp_path):
+    """sft.keep_layers=1 sft.trainable=head: a 1-layer checkpoint whose decoder equals the base's first layer, whose
+    input embeddings are untouched and whose (now untied) output head moved; it reloads and scores."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from scholar_agents.llm import build_llm
+    from scholar_agents.llm.config import LLMConfig
+
+    summary = selector_sft(_cfg(tmp_path, tiny_model_dir, sft_file, "sft.max_steps=3", "sft.keep_layers=1",
+                                "sft.trainable=head", "sft.weight_decay=0"))
+    assert summary["keep_layers"] == 1 and summary["trainable"] == "head"
+    tuned = AutoModelForCausalLM.from_pretrained(summary["final_dir"], dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    assert tuned.config.num_hidden_layers == 1 and len(tuned.model.layers) == 1
+    assert not tuned.config.tie_word_embeddings
+    assert torch.equal(tuned.model.embed_tokens.weight, base.model.embed_tokens.weight)
+    for name, p in base.model.layers[0].named_parameters():
+        assert torch.equal(p, tuned.model.layers[0].get_parameter(name)), name
+    assert torch.equal(tuned.model.norm.weight, base.model.norm.weight)
+    assert not torch.equal(tuned.lm_head.weight, base.lm_head.weight)
+    llm = build_llm(LLMConfig(backend="hf", model=summary["final_dir"], dtype="float32", device="cpu"))
+    p = Selector(llm).score([SelectorPair(QUERIES[0], "Paper number 0", "An abstract about topic 0.")])
+    assert 0.0 <= float(p[0]) <= 1.0
+    with pytest.raises(ValueError, match="decoder layers"):
+        selector_sft(_cfg(tmp_path / "bad", tiny_model_dir, sft_file, "sft.max_steps=1", "sft.keep_layers=99"))
+
+
+def test_decision_loss_is_the_two_way_cross_entropy_the_selector_reads(tiny_model_dir, tiny_llm, tmp_path):
+    """sft.loss_on=decision: the loss equals -log of the Selector's normalized P(decision) on the same model, and an
+    answer that does not start with a decision word is refused before training."""
+    import torch
+
+    from scholar_agents.train.sft import build_trainer
+
+    pairs = [SelectorPair(QUERIES[i % 3], f"Paper number {i}", f"An abstract about topic {i}.") for i in range(4)]
+    labels = [i % 2 == 0 for i in range(4)]
+    rows = [{"messages": selector_messages(p.query, p.title, p.abstract) +
+             [{"role": "assistant", "content": selector_target(y, "because")}]} for p, y in zip(pairs, labels)]
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trainer, _ = build_trainer(SFTRecipeConfig(model=str(tiny_model_dir), train_file=str(data), use_cpu=True,
+                                               output_dir=str(tmp_path / "o"), loss_on="decision", bf16=False))
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(4)])
+    with torch.no_grad():
+        loss = float(trainer.compute_loss(trainer.model, batch))
+    p_true = Selector(tiny_llm).score(pairs)  # the same tiny model, scored through the LLM interface
+    expected = -np.mean([np.log(p if y else 1 - p) for p, y in zip(p_true, labels)])
+    assert loss == pytest.approx(expected, rel=1e-4)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"messages": rows[0]["messages"][:1] + [{"role": "assistant", "content": "Maybe"}]})
+                   + "\n")
+    with pytest.raises(ValueError, match="does not start its answer"):
+        build_trainer(SFTRecipeConfig(model=str(tiny_model_dir), train_file=str(bad), use_cpu=True,
+                                      output_dir=str(tmp_path / "b"), loss_on="decision", bf16=False))
+
+
 @pytest.mark.parametrize("preset", ["pasa_7b", "cpu_smollm2"])
 def test_presets_compose(preset):
     cfg = compose("train_selector_sft", [f"sft={preset}", "sft.train_file=x.jsonl"])

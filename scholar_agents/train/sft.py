@@ -12,6 +12,9 @@ Loss masking (``loss_on``), the switch the issue asks to make robust:
 - ``assistant``: TRL's ``assistant_only_loss=True`` (every assistant turn of a multi-turn chat; needs a template
   with generation markers or one TRL knows how to patch).
 - ``all``: the whole sequence (plain language modelling), the official fork's behaviour.
+- ``decision`` (ours, for a decision-token Selector): the cross-entropy of the answer's first token over the two
+  decision words only (``train/decision_loss.py``) — exactly the normalized score the Selector reads,
+  P(True) / (P(True) + P(False)); nothing else is supervised.
 
 Checkpoints go to a STABLE directory (``output_dir``: ``checkpoint-N/`` then ``final/``), so a re-run with
 ``resume=true`` (default) continues from the last checkpoint — the official code wiped its output directory.
@@ -38,7 +41,8 @@ log = logging.getLogger(__name__)
 
 FINAL_DIRNAME = "final"
 DONE_MARKER = "SFT_DONE.json"  # written last in final/: its presence means the run finished
-LOSS_ON = ("completion", "assistant", "all")
+LOSS_ON = ("completion", "assistant", "all", "decision")
+TRAINABLE = ("all", "head")
 
 
 @dataclass
@@ -68,7 +72,8 @@ class SFTRecipeConfig:
     output_dir: str = MISSING  # stable: checkpoint-N/ and final/ live here across restarts
     run_name: str = "sft"
     resume: bool = True  # continue from the last checkpoint in output_dir (a finished run is not retrained)
-    loss_on: str = "completion"  # completion | assistant | all (see the module docstring)
+    loss_on: str = "completion"  # completion | assistant | all | decision (see the module docstring)
+    decision_words: tuple = ("True", "False")  # loss_on=decision: the answer's first token is one of these
     # Examples longer than max_length: "drop" (counted and logged; the answer sits at the end, so truncating
     # would cut exactly the supervised tokens) or "truncate" (TRL's right truncation).
     overlong: str = "drop"
@@ -102,6 +107,15 @@ class SFTRecipeConfig:
     seed: int = 0
     dataloader_num_workers: int = 0
     lora: LoraSettings = field(default_factory=LoraSettings)
+    # Depth pruning (ours, off = the paper): keep only the first N decoder layers (the final norm and the head
+    # then read layer N). A linear probe on SmolLM2-135M's per-layer decision-position states separates gold from
+    # retrieved non-gold papers best at layer 15 (held-out AUC 0.66) and worst at the top (0.56): docs/selector.md.
+    # The result is a plain N-layer checkpoint of the same architecture (transformers and vLLM load it), ~2x
+    # faster to score; it judges, it does not write rationales.
+    keep_layers: Optional[int] = None
+    # What trains: "all" (full fine-tuning or LoRA, the paper) or "head" (ours: the output projection only,
+    # untied from the input embeddings, so the prompt is read exactly as before; every other weight frozen).
+    trainable: str = "all"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -168,7 +182,7 @@ def prepare_examples(rows: list[dict], loss_on: str) -> list[dict]:
     """Put examples in the format the ``loss_on`` mode needs (see the module docstring)."""
     if loss_on not in LOSS_ON:
         raise ValueError(f"loss_on must be one of {LOSS_ON}, got {loss_on!r}")
-    convert = to_prompt_completion if loss_on == "completion" else to_messages
+    convert = to_prompt_completion if loss_on in ("completion", "decision") else to_messages
     return [convert(r) for r in rows]
 
 
@@ -320,7 +334,7 @@ def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | N
         dataloader_num_workers=cfg.dataloader_num_workers,
         # With overlong=drop every kept example fits; never let TRL cut the answer off the end.
         max_length=None if cfg.overlong == "drop" else cfg.max_length,
-        completion_only_loss=cfg.loss_on == "completion",
+        completion_only_loss=cfg.loss_on in ("completion", "decision"),
         assistant_only_loss=cfg.loss_on == "assistant",
         packing=False,
         model_init_kwargs=model_init_kwargs,
@@ -336,9 +350,20 @@ def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | N
             target_modules=target if isinstance(target, str) else list(target),
             layers_to_transform=list(cfg.lora.layers_to_transform) if cfg.lora.layers_to_transform else None,
         )
+    model: Any = model_path
+    if cfg.keep_layers or cfg.trainable != "all":
+        model = _load_adapted_model(model_path, model_init_kwargs, cfg)
+        args.model_init_kwargs = None  # TRL refuses init kwargs with an instantiated model
+    trainer_cls = SFTTrainer
+    extra: dict[str, Any] = {}
+    if cfg.loss_on == "decision":
+        from scholar_agents.train.decision_loss import DecisionLossTrainer
+
+        trainer_cls = DecisionLossTrainer
+        extra["decision_words"] = tuple(cfg.decision_words)
     try:
-        trainer = SFTTrainer(model=model_path, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
-                             processing_class=tokenizer, peft_config=peft_config)
+        trainer = trainer_cls(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
+                             processing_class=tokenizer, peft_config=peft_config, **extra)
     except ValueError as e:
         if cfg.loss_on == "assistant" and "chat template" in str(e):
             raise ValueError(f"sft.loss_on=assistant needs a chat template with {{% generation %}} markers (or one "
@@ -353,12 +378,47 @@ def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | N
         "train_examples_dropped_overlong": n_train_raw - len(train_rows),
         "loss_on": cfg.loss_on,
         "lora": bool(cfg.lora.enabled),
+        "keep_layers": cfg.keep_layers,
+        "trainable": cfg.trainable,
         "bf16": bf16,
         "model_dtype": str(model_init_kwargs["dtype"]).removeprefix("torch."),
         "world_size": world_size,
         "effective_batch": effective_batch,
     }
     return trainer, info
+
+
+def _load_adapted_model(model_path: str, init_kwargs: dict, cfg: DictConfig):
+    """The base model with ``keep_layers`` / ``trainable=head`` applied (see SFTRecipeConfig)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if cfg.trainable not in TRAINABLE:
+        raise ValueError(f"sft.trainable must be one of {TRAINABLE}, got {cfg.trainable!r}")
+    if cfg.trainable == "head" and cfg.lora.enabled:
+        raise ValueError("sft.trainable=head trains the output head only; it does not combine with sft.lora")
+    model = AutoModelForCausalLM.from_pretrained(model_path, **init_kwargs)
+    if cfg.keep_layers:
+        layers = model.model.layers
+        if not 0 < cfg.keep_layers <= len(layers):
+            raise ValueError(f"sft.keep_layers={cfg.keep_layers}: {model_path} has {len(layers)} decoder layers")
+        model.model.layers = torch.nn.ModuleList(list(layers)[:cfg.keep_layers])
+        model.config.num_hidden_layers = cfg.keep_layers
+        if getattr(model.config, "layer_types", None):
+            model.config.layer_types = model.config.layer_types[:cfg.keep_layers]
+        log.info("kept the first %d of %d decoder layers", cfg.keep_layers, len(layers))
+    if cfg.trainable == "head":
+        head = model.get_output_embeddings()
+        if head.weight is model.get_input_embeddings().weight:  # tied: give the head its own copy
+            head.weight = torch.nn.Parameter(head.weight.detach().clone())
+            model.config.tie_word_embeddings = False
+            if getattr(model.config, "text_config", None) is not None:
+                model.config.text_config.tie_word_embeddings = False
+        for param in model.parameters():
+            param.requires_grad_(False)
+        head.weight.requires_grad_(True)
+        log.info("training the output head only (%.1fM parameters)", head.weight.numel() / 1e6)
+    return model
 
 
 def run_sft(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = None,
