@@ -224,6 +224,36 @@ def test_decision_loss_is_the_two_way_cross_entropy_the_selector_reads(tiny_mode
                                       output_dir=str(tmp_path / "b"), loss_on="decision", bf16=False))
 
 
+def test_probe_head_init_alone_makes_the_selector_separate_its_training_pairs(tiny_model_dir, tmp_path):
+    """sft.head_init=probe with num_train_epochs=0 (linear probing only): the decision rows are fitted by L-BFGS,
+    saved, and the reloaded Selector's P(True) puts every training pair on its label's side of 0.5; the input
+    embeddings (untied) and every other head row are unchanged."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from scholar_agents.llm import build_llm
+    from scholar_agents.llm.config import LLMConfig
+
+    pairs = [SelectorPair(QUERIES[i % 3], f"Paper number {i}", f"An abstract about topic {i}.") for i in range(8)]
+    labels = [i % 2 == 0 for i in range(8)]
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps({"messages": selector_messages(p.query, p.title, p.abstract) + [
+        {"role": "assistant", "content": selector_target(y, "because")}]}) + "\n" for p, y in zip(pairs, labels)))
+    summary = selector_sft(_cfg(tmp_path, tiny_model_dir, data, "sft.loss_on=decision", "sft.head_init=probe",
+                                "sft.head_init_l2=1e-4", "sft.num_train_epochs=0"))
+    assert summary["global_step"] == 0 and summary["head_fit"]["train_accuracy"] == 1.0
+    llm = build_llm(LLMConfig(backend="hf", model=summary["final_dir"], dtype="float32", device="cpu"))
+    p_true = Selector(llm).score(pairs)
+    assert [bool(p >= 0.5) for p in p_true] == labels, p_true
+    tuned = AutoModelForCausalLM.from_pretrained(summary["final_dir"], dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    assert torch.equal(tuned.model.embed_tokens.weight, base.model.embed_tokens.weight)
+    changed = (tuned.lm_head.weight != base.lm_head.weight).any(dim=1).nonzero().flatten().tolist()
+    assert sorted(changed) == sorted(llm.candidate_token_ids(["True", "False"]))
+    with pytest.raises(ValueError, match="loss_on=decision"):
+        selector_sft(_cfg(tmp_path / "x", tiny_model_dir, data, "sft.head_init=probe", "sft.num_train_epochs=0"))
+
+
 @pytest.mark.parametrize("preset", ["pasa_7b", "cpu_smollm2"])
 def test_presets_compose(preset):
     cfg = compose("train_selector_sft", [f"sft={preset}", "sft.train_file=x.jsonl"])

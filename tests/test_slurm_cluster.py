@@ -134,13 +134,16 @@ def test_hydra_sweep_is_one_job_array_and_report_has_four_rows(slurm_cluster, tm
            if re.match(r"\d+_\d+$", p.name)}
     assert len(ids) == 1, sorted(p.name for p in (sweep_dir / ".submitit").iterdir())
     array_id = ids.pop()
-    # submitit returns as soon as each task wrote its result; Slurm records the end a moment later.
-    deadline = time.time() + 60
+    # submitit returns as soon as each task wrote its result; Slurm records the end (and, for a task that started
+    # late, sometimes the record itself) a moment later -- wait for all four records, each COMPLETED.
+    expected = [f"{array_id}_{i}" for i in range(4)]
+    deadline = time.time() + 90
     records = _sacct(array_id)
-    while {r["state"] for r in records} != {"COMPLETED"} and time.time() < deadline:
+    while (sorted(r["id"] for r in records) != expected or {r["state"] for r in records} != {"COMPLETED"}) \
+            and time.time() < deadline:
         time.sleep(1)
         records = _sacct(array_id)
-    assert sorted(r["id"] for r in records) == [f"{array_id}_{i}" for i in range(4)], records
+    assert sorted(r["id"] for r in records) == expected, records
     assert {r["state"] for r in records} == {"COMPLETED"}, records
     assert {m["slurm"]["array_job_id"] for m in metrics} == {array_id}
 

@@ -81,8 +81,8 @@ def crawler_sft(cfg: DictConfig) -> dict:
     if summary.get("skipped"):
         log.info("crawler SFT already finished: %s", summary.get("final_dir"))
     else:
-        log.info("crawler SFT: %d steps, loss %.4f, model in %s", summary["global_step"], summary["train_loss"],
-                 summary["final_dir"])
+        log.info("crawler SFT: %d steps, loss %s, model in %s", summary["global_step"],
+                 "n/a" if summary["train_loss"] is None else f"{summary['train_loss']:.4f}", summary["final_dir"])
     evals = [h for h in summary.get("log_history", []) if "eval_loss" in h]
     if evals:
         log.info("held-out eval loss by step: %s", ", ".join(f"{h['step']}: {h['eval_loss']:.4f}" for h in evals))

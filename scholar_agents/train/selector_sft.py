@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 
 def selector_sft(cfg: DictConfig) -> dict:
     summary = run_sft(cfg.sft, logging_cfg=cfg.get("logging"), report_dir=output_dir(cfg))
-    log.info("selector SFT: %d steps, loss %.4f, model in %s", summary["global_step"], summary["train_loss"],
+    log.info("selector SFT: %d steps, loss %s, model in %s", summary["global_step"],
+             "n/a" if summary["train_loss"] is None else f"{summary['train_loss']:.4f}",
              summary["final_dir"])
     return summary

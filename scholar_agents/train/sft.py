@@ -43,6 +43,7 @@ FINAL_DIRNAME = "final"
 DONE_MARKER = "SFT_DONE.json"  # written last in final/: its presence means the run finished
 LOSS_ON = ("completion", "assistant", "all", "decision")
 TRAINABLE = ("all", "head")
+HEAD_INIT = ("base", "probe")
 
 
 @dataclass
@@ -109,13 +110,19 @@ class SFTRecipeConfig:
     lora: LoraSettings = field(default_factory=LoraSettings)
     # Depth pruning (ours, off = the paper): keep only the first N decoder layers (the final norm and the head
     # then read layer N). A linear probe on SmolLM2-135M's per-layer decision-position states separates gold from
-    # retrieved non-gold papers best at layer 15 (held-out AUC 0.66) and worst at the top (0.56): docs/selector.md.
-    # The result is a plain N-layer checkpoint of the same architecture (transformers and vLLM load it), ~2x
-    # faster to score; it judges, it does not write rationales.
+    # retrieved non-gold papers best at layer 15 and worst at the top (scripts/probe_selector_layers.py,
+    # docs/selector.md). The result is a plain N-layer checkpoint of the same architecture (transformers and vLLM
+    # load it) that runs N of the layers per token; it judges, it does not write rationales.
     keep_layers: Optional[int] = None
     # What trains: "all" (full fine-tuning or LoRA, the paper) or "head" (ours: the output projection only,
     # untied from the input embeddings, so the prompt is read exactly as before; every other weight frozen).
     trainable: str = "all"
+    # How the decision rows of the output head start (loss_on=decision): "base" (as the model has them) or "probe"
+    # (ours: fitted by L-BFGS logistic regression on the training set's decision states first — linear probing,
+    # the LP of LP-FT; train/decision_loss.py says why Adam alone stalls). num_train_epochs=0 then saves the
+    # probed model without any gradient step (LP only).
+    head_init: str = "base"
+    head_init_l2: float = 1e-3
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -265,7 +272,7 @@ def _as_config(cfg: SFTRecipeConfig | DictConfig) -> DictConfig:
 
 
 def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = None,
-                  report_dir: str | Path | None = None):
+                  report_dir: str | Path | None = None, fit_head: bool = True):
     """The configured TRL ``SFTTrainer`` (data read, converted, length-filtered and tokenized with labels) and a
     dict describing the run. ``trainer.train_dataset[i]["labels"]`` is -100 wherever no loss is taken."""
     import torch  # noqa: F401  (fail early with a clear ImportError)
@@ -351,7 +358,7 @@ def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | N
             layers_to_transform=list(cfg.lora.layers_to_transform) if cfg.lora.layers_to_transform else None,
         )
     model: Any = model_path
-    if cfg.keep_layers or cfg.trainable != "all":
+    if cfg.keep_layers or cfg.trainable != "all" or cfg.head_init != "base":
         model = _load_adapted_model(model_path, model_init_kwargs, cfg)
         args.model_init_kwargs = None  # TRL refuses init kwargs with an instantiated model
     trainer_cls = SFTTrainer
@@ -370,6 +377,21 @@ def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | N
                              f"TRL can patch); {model_path}'s has none. Use sft.loss_on=completion, which masks the "
                              f"prompt with any template. TRL said: {e}") from e
         raise
+    head_fit = None
+    if cfg.head_init not in HEAD_INIT:
+        raise ValueError(f"sft.head_init must be one of {HEAD_INIT}, got {cfg.head_init!r}")
+    if cfg.head_init == "probe" and fit_head:  # (a resumed run reloads its fitted head from the checkpoint)
+        if cfg.loss_on != "decision":
+            raise ValueError("sft.head_init=probe fits the decision rows: it needs sft.loss_on=decision")
+        if cfg.lora.enabled:
+            raise ValueError("sft.head_init=probe writes the output head; LoRA would not save it (use full "
+                             "fine-tuning or sft.trainable=head)")
+        if "zero3" in str(cfg.deepspeed or ""):
+            raise ValueError("sft.head_init=probe writes the head rows in place; under ZeRO-3 they are sharded — "
+                             "use ZeRO-2 (conf/deepspeed/zero2.json) or one process")
+        head_fit = trainer.fit_decision_head(cfg.head_init_l2)
+        log.info("decision head fitted by L-BFGS on %d examples: train accuracy %.3f, loss %.4f",
+                 head_fit["examples"], head_fit["train_accuracy"], head_fit["train_loss"])
     info = {
         "model": cfg.model,
         "model_path": model_path,
@@ -380,6 +402,8 @@ def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | N
         "lora": bool(cfg.lora.enabled),
         "keep_layers": cfg.keep_layers,
         "trainable": cfg.trainable,
+        "head_init": cfg.head_init,
+        "head_fit": head_fit,
         "bf16": bf16,
         "model_dtype": str(model_init_kwargs["dtype"]).removeprefix("torch."),
         "world_size": world_size,
@@ -399,21 +423,22 @@ def _load_adapted_model(model_path: str, init_kwargs: dict, cfg: DictConfig):
         raise ValueError("sft.trainable=head trains the output head only; it does not combine with sft.lora")
     model = AutoModelForCausalLM.from_pretrained(model_path, **init_kwargs)
     if cfg.keep_layers:
-        layers = model.model.layers
+        layers = model.get_decoder().layers
         if not 0 < cfg.keep_layers <= len(layers):
             raise ValueError(f"sft.keep_layers={cfg.keep_layers}: {model_path} has {len(layers)} decoder layers")
-        model.model.layers = torch.nn.ModuleList(list(layers)[:cfg.keep_layers])
+        model.get_decoder().layers = torch.nn.ModuleList(list(layers)[:cfg.keep_layers])
         model.config.num_hidden_layers = cfg.keep_layers
         if getattr(model.config, "layer_types", None):
             model.config.layer_types = model.config.layer_types[:cfg.keep_layers]
         log.info("kept the first %d of %d decoder layers", cfg.keep_layers, len(layers))
+    head = model.get_output_embeddings()
+    if head.weight is model.get_input_embeddings().weight and (cfg.trainable == "head" or cfg.head_init != "base"):
+        # tied: give the head its own copy, so the prompt's own "True"/"False" tokens are read as before
+        head.weight = torch.nn.Parameter(head.weight.detach().clone())
+        model.config.tie_word_embeddings = False
+        if getattr(model.config, "text_config", None) is not None:
+            model.config.text_config.tie_word_embeddings = False
     if cfg.trainable == "head":
-        head = model.get_output_embeddings()
-        if head.weight is model.get_input_embeddings().weight:  # tied: give the head its own copy
-            head.weight = torch.nn.Parameter(head.weight.detach().clone())
-            model.config.tie_word_embeddings = False
-            if getattr(model.config, "text_config", None) is not None:
-                model.config.text_config.tie_word_embeddings = False
         for param in model.parameters():
             param.requires_grad_(False)
         head.weight.requires_grad_(True)
@@ -440,15 +465,20 @@ def run_sft(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = 
         raise ValueError(f"{output_dir} already holds checkpoints; pass sft.resume=true to continue them or choose "
                          f"another sft.output_dir / sft.run_name (nothing is deleted for you)")
 
-    trainer, info = build_trainer(cfg, logging_cfg=logging_cfg, report_dir=report_dir)
+    trainer, info = build_trainer(cfg, logging_cfg=logging_cfg, report_dir=report_dir,
+                                  fit_head=resume_from is None)
     if resume_from:
         log.info("resuming from %s", resume_from)
     t0 = time.time()
-    result = trainer.train(resume_from_checkpoint=resume_from)
+    if cfg.num_train_epochs == 0 and cfg.max_steps <= 0:  # nothing to run: e.g. head_init=probe alone (LP)
+        log.info("sft.num_train_epochs=0: no gradient step, saving the model as built")
+        train_loss = None
+    else:
+        train_loss = float(trainer.train(resume_from_checkpoint=resume_from).training_loss)
     summary = {
         **info,
         "global_step": int(trainer.state.global_step),
-        "train_loss": float(result.training_loss),
+        "train_loss": train_loss,
         "train_seconds": round(time.time() - t0, 1),
         "resumed_from": resume_from,
         "log_history": trainer.state.log_history,
