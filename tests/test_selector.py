@@ -2,6 +2,8 @@
 
 Tiny random Qwen2 (fast), the embedded SmolLM2 (slow), and the vLLM server vs in-process backends (vllm)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -136,9 +138,14 @@ def test_vllm_engine_and_hf_agree(smollm2_llm):
 
 
 @pytest.mark.vllm
-def test_a_fine_tuned_selector_dir_is_served_by_vllm_as_is(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("recipe", [
+    [],  # the paper's: LM loss on the answer, every layer
+    # the LP-FT recipe of scripts/selector_learning.sh: depth-pruned, decision rows fitted, head untied
+    ["sft.keep_layers=1", "sft.loss_on=decision", "sft.head_init=probe"],
+], ids=["paper", "lpft"])
+def test_a_fine_tuned_selector_dir_is_served_by_vllm_as_is(tiny_model_dir, tmp_path, recipe):
     """`train selector_sft` -> final/ -> `vllm serve final/` with no conversion; the served P("True") equals the
-    in-process one (fp32 on both sides, so to 1e-3)."""
+    in-process one (fp32 on both sides, so to 1e-3) — also for a pruned checkpoint with its own (untied) head."""
     import json
 
     from scholar_agents.hydra_app import compose
@@ -154,9 +161,15 @@ def test_a_fine_tuned_selector_dir_is_served_by_vllm_as_is(tiny_model_dir, tmp_p
         for i, p in enumerate(PAIRS)))
     cfg = compose("train_selector_sft", [f"sft.model={tiny_model_dir}", f"sft.train_file={data}",
                                          f"sft.output_dir={tmp_path / 'ckpt'}", "sft.max_steps=2",
-                                         "sft.learning_rate=1e-3", "sft.bf16=false", "logging.wandb.enabled=false"])
+                                         "sft.learning_rate=1e-3", "sft.bf16=false", "logging.wandb.enabled=false",
+                                         *recipe])
     cfg.paths.output_dir = str(tmp_path / "run")
-    final = selector_sft(cfg)["final_dir"]
+    summary = selector_sft(cfg)
+    final = summary["final_dir"]
+    if recipe:
+        config = json.loads((Path(final) / "config.json").read_text())
+        assert config["num_hidden_layers"] == 1 and config["tie_word_embeddings"] is False
+        assert summary["head_fit"]["examples"] == len(PAIRS)
 
     local = build_llm(LLMConfig(backend="hf", model=final, dtype="float32", device="cpu", max_model_len=1024))
     try:

@@ -245,6 +245,12 @@ def test_probe_head_init_alone_makes_the_selector_separate_its_training_pairs(ti
     llm = build_llm(LLMConfig(backend="hf", model=summary["final_dir"], dtype="float32", device="cpu"))
     p_true = Selector(llm).score(pairs)
     assert [bool(p >= 0.5) for p in p_true] == labels, p_true
+    # the rows were lifted: the two words carry ~all the mass, so the raw P(True) decides the same
+    assert summary["head_fit"]["lift"] > 0 and summary["head_fit"]["train_decision_mass_min"] > 0.99
+    mass = Selector(llm).probs(pairs).sum(axis=1)
+    assert (mass > 0.99).all(), mass
+    raw = Selector(llm, normalize=False).score(pairs)
+    assert [bool(p >= 0.5) for p in raw] == labels, raw
     tuned = AutoModelForCausalLM.from_pretrained(summary["final_dir"], dtype=torch.float32)
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     assert torch.equal(tuned.model.embed_tokens.weight, base.model.embed_tokens.weight)

@@ -10,10 +10,14 @@ Ours, not the paper's (PaSa trains decision + rationale with the LM loss, §4.3)
 
 from __future__ import annotations
 
+import logging
+
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 from trl import SFTTrainer
+
+log = logging.getLogger(__name__)
 
 
 def _causal_lm(model):
@@ -58,7 +62,7 @@ class DecisionLossTrainer(SFTTrainer):
         return (loss, {"logits": logits}) if return_outputs else loss
 
     @torch.no_grad()
-    def fit_decision_head(self, l2: float, batch_size: int = 8) -> dict:
+    def fit_decision_head(self, l2: float, mass_margin: float | None = 5.0, batch_size: int = 8) -> dict:
         """Linear probing (the LP of LP-FT, Kumar et al. 2022): fit the difference of the two decision rows of the
         output head by L-BFGS on the training set's decision states, a convex L2-regularised logistic regression.
 
@@ -66,7 +70,13 @@ class DecisionLossTrainer(SFTTrainer):
         layer 15: mean 23.9 vs std 0.07-0.42 elsewhere, docs/selector.md); Adam moves every weight ~lr per step,
         so the logit moves ~100x more through that dimension than through the content ones and the fit stalls.
         The rows' common part (their mean, which sets their mass against the rest of the vocabulary) is kept, so
-        only P(True) / (P(True) + P(False)) changes. Two decision words only."""
+        only P(True) / (P(True) + P(False)) changes. Two decision words only.
+
+        ``mass_margin`` (nats): then lift both rows by the same multiple of the states' mean direction until, on every
+        training state, the likelier decision word's logit beats the log-sum-exp of the rest of the vocabulary by
+        that margin — a common shift, so the two-way score and every gradient of the decision loss are unchanged,
+        but the raw P(True) + P(False) is ~1 (``selector.normalize=false`` reads the same) and generation starts with
+        the decision. ``None`` keeps the rows' common part as it was."""
         if len(self.decision_ids) != 2:
             raise ValueError("sft.head_init=probe fits a two-way decision (True/False)")
         model = self.model
@@ -103,10 +113,38 @@ class DecisionLossTrainer(SFTTrainer):
         delta = w.detach().float().to(head.device)
         head[t_id] = (mean + delta / 2).to(head.dtype)
         head[f_id] = (mean - delta / 2).to(head.dtype)
+        lift = self._lift_decision_rows(z, head, (t_id, f_id), mass_margin) if mass_margin is not None else 0.0
         margin = z64 @ w.detach()
         acc = float(((margin > 0).double() == y64).double().mean())
-        return {"examples": len(y), "l2": l2, "train_accuracy": acc,
-                "train_loss": float(F.binary_cross_entropy_with_logits(margin, y64))}
+        return {"examples": len(y), "l2": l2, "train_accuracy": acc, "mass_margin": mass_margin, "lift": lift,
+                "train_loss": float(F.binary_cross_entropy_with_logits(margin, y64)),
+                "train_decision_mass_min": self._decision_mass(z, head, (t_id, f_id)).min().item()}
+
+    @staticmethod
+    def _decision_mass(z: torch.Tensor, head: torch.Tensor, ids: tuple[int, int]) -> torch.Tensor:
+        logits = z.to(head.device).float() @ head.float().T
+        return torch.softmax(logits, dim=1)[:, list(ids)].sum(dim=1)
+
+    @staticmethod
+    def _lift_decision_rows(z: torch.Tensor, head: torch.Tensor, ids: tuple[int, int], margin: float) -> float:
+        """Add s * u to both decision rows, u = mean(z) / |mean(z)|^2 (so z_i . u ~ 1 where the states share a large
+        common component, as these do); s is the smallest that gives every training state the margin."""
+        z = z.to(head.device).float()
+        logits = z @ head.float().T
+        decision = logits[:, list(ids)].max(dim=1).values
+        others = logits.clone()
+        others[:, list(ids)] = float("-inf")
+        needed = torch.logsumexp(others, dim=1) - decision + margin  # logit still to gain, per state
+        mean = z.mean(dim=0)
+        u = mean / mean.dot(mean)
+        along = z @ u
+        if not bool((along > 0).all()):
+            log.warning("head_init=probe: the decision states share no common direction; rows not lifted")
+            return 0.0
+        s = float((needed / along).max().clamp(min=0.0))
+        for i in ids:
+            head[i] = (head[i].float() + s * u).to(head.dtype)
+        return s
 
 
 def _first_answer_token(row: dict) -> int:

@@ -123,6 +123,9 @@ class SFTRecipeConfig:
     # probed model without any gradient step (LP only).
     head_init: str = "base"
     head_init_l2: float = 1e-3
+    # head_init=probe: lift both decision rows (a common shift: the two-way score is unchanged) until they beat the
+    # rest of the vocabulary by this many nats on every training state; null = leave their mass as it was.
+    head_init_mass_margin: Optional[float] = 5.0
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -389,9 +392,10 @@ def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | N
         if "zero3" in str(cfg.deepspeed or ""):
             raise ValueError("sft.head_init=probe writes the head rows in place; under ZeRO-3 they are sharded — "
                              "use ZeRO-2 (conf/deepspeed/zero2.json) or one process")
-        head_fit = trainer.fit_decision_head(cfg.head_init_l2)
-        log.info("decision head fitted by L-BFGS on %d examples: train accuracy %.3f, loss %.4f",
-                 head_fit["examples"], head_fit["train_accuracy"], head_fit["train_loss"])
+        head_fit = trainer.fit_decision_head(cfg.head_init_l2, mass_margin=cfg.head_init_mass_margin)
+        log.info("decision head fitted by L-BFGS on %d examples: train accuracy %.3f, loss %.4f; rows lifted by "
+                 "%.2f, min decision mass %.4f", head_fit["examples"], head_fit["train_accuracy"],
+                 head_fit["train_loss"], head_fit["lift"], head_fit["train_decision_mass_min"])
     info = {
         "model": cfg.model,
         "model_path": model_path,
