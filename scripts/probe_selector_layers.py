@@ -7,8 +7,8 @@ features, balanced classes) is fitted on the train pairs and scored on the held-
 The layer to use is chosen on the TRAIN part only: 5-fold cross-validated AUC with folds split by query
 (``cv_auc``, ``best_layer_by_cv``) — the held-out columns are reported, never used to choose.
 The states are cached in ``--out`` (``states_{train,test}.npz``), so a re-fit costs seconds.
-``--normed-layer N`` (default: the layer chosen by cross-validation) adds the probe on layer N after the final RMSNorm, without intercept: what an output head on
-an N-layer (``sft.keep_layers=N``) model can represent.
+``--normed-layer N`` (default: the layer chosen by cross-validation) adds the probe on layer N after the final
+RMSNorm, without intercept: what an output head on an N-layer (``sft.keep_layers=N``) model can represent.
 
     python scripts/probe_selector_layers.py --train outputs/selector_teacher/pairs/pairs_train.jsonl \\
         --test outputs/selector_teacher/pairs/pairs_test.jsonl --out outputs/selector_probe
@@ -102,8 +102,9 @@ def main(argv: list[str] | None = None) -> dict:
             raise SystemExit(f"{f}: the probe needs both labels among the pairs used")
         cache = out / f"states_{split}.npz"
         key = f"{args.model}|{f}|{len(rows)}|{args.max_abstract_chars}"
-        if cache.is_file() and str(np.load(cache)["key"]) == key:
-            x = np.load(cache)["x"]
+        cached = np.load(cache) if cache.is_file() else None
+        if cached is not None and str(cached["key"]) == key:
+            x = cached["x"]
         else:
             x = hidden_states(model, tok, rows, args.max_abstract_chars, args.batch)
             np.savez(cache, x=x, key=key)

@@ -23,7 +23,7 @@ PAIRS_ARGS=${PAIRS_ARGS:-"--max-queries 1000 --pos-per-query 3 --neg-per-query 4
 --test-fraction 0.3 --max-abstract-chars 600 --seed 0 --teacher minilm --teacher-threshold 0.2"}
 TRAIN_PAIRS=${TRAIN_PAIRS:-null}
 EPOCHS=${EPOCHS:-1}
-RECIPE=${RECIPE-${LORA-"sft.keep_layers=15 sft.loss_on=decision sft.head_init=probe sft.learning_rate=1e-5"}}  # LORA: old name
+RECIPE=${RECIPE-"sft.keep_layers=15 sft.loss_on=decision sft.head_init=probe sft.learning_rate=1e-5"}
 SFT_EXTRA=${SFT_EXTRA:-}
 SAVE_STEPS=${SAVE_STEPS:-50}     # checkpoint interval (a full-FT checkpoint with optimizer state is ~1.6 GB)
 EVAL_LIMIT=${EVAL_LIMIT:-null}   # held-out pairs scored per model (null = all); pairs are grouped by query

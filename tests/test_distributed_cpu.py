@@ -119,6 +119,30 @@ def test_selector_sft_two_processes_match_one(sft_single, tiny_model_dir, tmp_pa
                         tmp_path / "ckpt" / "final" / "model.safetensors", atol=2e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
+def test_probe_head_init_two_processes_match_one(sft_single, tiny_model_dir, tmp_path):
+    """The LP-FT recipe of scripts/selector_learning.sh (pruned, decision rows fitted by L-BFGS on every rank, then
+    the decision loss) under torchrun: the fitted head and the 3 steps after it equal one process's."""
+    from scholar_agents.train.selector_sft import selector_sft
+
+    recipe = ["sft.keep_layers=1", "sft.loss_on=decision", "sft.head_init=probe"]
+    data = sft_single / "pairs.jsonl"
+    cfg = compose("train_selector_sft", [*_sft_overrides(tiny_model_dir, data, tmp_path / "one", per_device=4),
+                                         *recipe])
+    cfg.paths.output_dir = str(tmp_path / "one_run")
+    one = selector_sft(cfg)
+    torchrun(["train", "selector_sft", *_sft_overrides(tiny_model_dir, data, tmp_path / "two", per_device=2),
+              *recipe], tmp_path / "two_run", tmp_path / "torchrun.log")
+    two = json.loads((tmp_path / "two_run" / "sft_summary.json").read_text())
+    assert two["world_size"] == 2 and two["global_step"] == one["global_step"] == 3
+    assert two["head_fit"]["train_accuracy"] == one["head_fit"]["train_accuracy"] == 1.0
+    assert two["head_fit"]["lift"] == pytest.approx(one["head_fit"]["lift"], rel=1e-5)
+    assert _losses(tmp_path / "two_run" / "sft_summary.json") == pytest.approx(
+        _losses(tmp_path / "one_run" / "sft_summary.json"), rel=1e-4, abs=1e-5)
+    assert_same_weights(tmp_path / "one" / "final" / "model.safetensors",
+                        tmp_path / "two" / "final" / "model.safetensors", atol=2e-5, rtol=1e-4)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Crawler PPO
 

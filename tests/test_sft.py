@@ -258,6 +258,12 @@ def test_probe_head_init_alone_makes_the_selector_separate_its_training_pairs(ti
     assert sorted(changed) == sorted(llm.candidate_token_ids(["True", "False"]))
     with pytest.raises(ValueError, match="loss_on=decision"):
         selector_sft(_cfg(tmp_path / "x", tiny_model_dir, data, "sft.head_init=probe", "sft.num_train_epochs=0"))
+    probe = ["sft.loss_on=decision", "sft.head_init=probe", "sft.num_train_epochs=0"]
+    with pytest.raises(ValueError, match="LoRA"):
+        selector_sft(_cfg(tmp_path / "y", tiny_model_dir, data, *probe, "sft.lora.enabled=true"))
+    with pytest.raises(ValueError, match="ZeRO-3"):
+        selector_sft(_cfg(tmp_path / "z", tiny_model_dir, data, *probe,
+                          f"sft.deepspeed={CONF_DIR / 'deepspeed' / 'zero3.json'}"))
 
 
 @pytest.mark.parametrize("preset", ["pasa_7b", "cpu_smollm2"])

@@ -41,23 +41,33 @@ class DecisionLossTrainer(SFTTrainer):
                 raise ValueError(f"sft.loss_on=decision: training example {n} does not start its answer with one of "
                                  f"{decision_words} (first answer token {tok.decode([first])!r})")
 
-    def _decision_states(self, model, inputs) -> tuple[torch.Tensor, torch.Tensor]:
-        """The final hidden state at the position that predicts the decision token, and the decision's index."""
-        labels = inputs["labels"]
+    def _decision_positions(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per row: the position that predicts the decision token, and the decision's index (0 = the first word)."""
         supervised = labels != -100
         if not bool(supervised.any(dim=1).all()):
             raise ValueError("sft.loss_on=decision: an example has no answer tokens")
         first = supervised.int().argmax(dim=1)  # the answer's first token
         rows = torch.arange(labels.shape[0], device=labels.device)
-        hidden = _causal_lm(model).get_decoder()(input_ids=inputs["input_ids"],
-                                                 attention_mask=inputs.get("attention_mask")).last_hidden_state
         ids = self.decision_ids.to(labels.device)
         target = (labels[rows, first].unsqueeze(1) == ids.unsqueeze(0)).int().argmax(dim=1)
-        return hidden[rows, first - 1], target
+        return first - 1, target
+
+    def _decision_states(self, model, inputs) -> tuple[torch.Tensor, torch.Tensor]:
+        """The final hidden state at the decision position (the unwrapped model: the head fit, before training)."""
+        pos, target = self._decision_positions(inputs["labels"])
+        hidden = _causal_lm(model).get_decoder()(input_ids=inputs["input_ids"],
+                                                 attention_mask=inputs.get("attention_mask")).last_hidden_state
+        return hidden[torch.arange(len(pos), device=pos.device), pos], target
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        h, target = self._decision_states(model, inputs)
-        logits = _causal_lm(model).get_output_embeddings()(h)[:, self.decision_ids.to(h.device)].float()
+        # Through the (possibly DDP / DeepSpeed / PEFT-wrapped) model's own forward, so gradient synchronisation
+        # works; logits_to_keep = the batch's few decision positions, so the head runs there only.
+        pos, target = self._decision_positions(inputs["labels"])
+        keep, index = torch.unique(pos, return_inverse=True)
+        out = model(input_ids=inputs["input_ids"], attention_mask=inputs.get("attention_mask"),
+                    logits_to_keep=keep, use_cache=False)
+        rows = torch.arange(len(pos), device=pos.device)
+        logits = out.logits[rows, index][:, self.decision_ids.to(pos.device)].float()
         loss = F.cross_entropy(logits, target)
         return (loss, {"logits": logits}) if return_outputs else loss
 

@@ -285,6 +285,7 @@ def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | N
     from trl import SFTConfig, SFTTrainer
 
     cfg = _as_config(cfg)
+    _check_head_init(cfg)
     output_dir = Path(cfg.output_dir)
     report_dir = Path(report_dir) if report_dir is not None else output_dir
     from scholar_agents.llm.factory import resolve_model_path  # embedded:smollm2 -> its converted HF dir
@@ -381,17 +382,7 @@ def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | N
                              f"prompt with any template. TRL said: {e}") from e
         raise
     head_fit = None
-    if cfg.head_init not in HEAD_INIT:
-        raise ValueError(f"sft.head_init must be one of {HEAD_INIT}, got {cfg.head_init!r}")
     if cfg.head_init == "probe" and fit_head:  # (a resumed run reloads its fitted head from the checkpoint)
-        if cfg.loss_on != "decision":
-            raise ValueError("sft.head_init=probe fits the decision rows: it needs sft.loss_on=decision")
-        if cfg.lora.enabled:
-            raise ValueError("sft.head_init=probe writes the output head; LoRA would not save it (use full "
-                             "fine-tuning or sft.trainable=head)")
-        if "zero3" in str(cfg.deepspeed or ""):
-            raise ValueError("sft.head_init=probe writes the head rows in place; under ZeRO-3 they are sharded — "
-                             "use ZeRO-2 (conf/deepspeed/zero2.json) or one process")
         head_fit = trainer.fit_decision_head(cfg.head_init_l2, mass_margin=cfg.head_init_mass_margin)
         log.info("decision head fitted by L-BFGS on %d examples: train accuracy %.3f, loss %.4f; rows lifted by "
                  "%.2f, min decision mass %.4f", head_fit["examples"], head_fit["train_accuracy"],
@@ -494,12 +485,36 @@ def run_sft(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = 
     return summary
 
 
+def _check_head_init(cfg: DictConfig) -> None:
+    """sft.head_init: refuse the combinations it cannot serve before anything is loaded."""
+    if cfg.head_init not in HEAD_INIT:
+        raise ValueError(f"sft.head_init must be one of {HEAD_INIT}, got {cfg.head_init!r}")
+    if cfg.head_init != "probe":
+        return
+    if cfg.loss_on != "decision":
+        raise ValueError("sft.head_init=probe fits the decision rows: it needs sft.loss_on=decision")
+    if cfg.lora.enabled:
+        raise ValueError("sft.head_init=probe writes the output head; LoRA would not save it (use full "
+                         "fine-tuning or sft.trainable=head)")
+    if _zero_stage(cfg.deepspeed) == 3:
+        raise ValueError("sft.head_init=probe writes the head rows in place; under ZeRO-3 they are sharded — "
+                         "use ZeRO-2 (conf/deepspeed/zero2.json) or one process")
+
+
+def _zero_stage(deepspeed: str | None) -> int | None:
+    """The ZeRO stage of a DeepSpeed JSON config (``sft.deepspeed``), None without DeepSpeed."""
+    if not deepspeed:
+        return None
+    stage = json.loads(Path(deepspeed).read_text()).get("zero_optimization", {}).get("stage", 0)
+    return int(stage) if str(stage) != "auto" else None
+
+
 def save_final(trainer, tokenizer, final_dir: Path, cfg: DictConfig, summary: dict) -> None:
     """``final/``: one HF directory vLLM and transformers load as is (LoRA merged when asked)."""
     final_dir.mkdir(parents=True, exist_ok=True)
     model = trainer.model
     is_peft = hasattr(model, "peft_config")
-    deepspeed_zero3 = trainer.is_deepspeed_enabled and "zero3" in str(cfg.deepspeed or "")
+    deepspeed_zero3 = trainer.is_deepspeed_enabled and _zero_stage(cfg.deepspeed) == 3
     if is_peft and cfg.lora.merge_on_save and not deepspeed_zero3:
         if trainer.is_world_process_zero():
             import torch
