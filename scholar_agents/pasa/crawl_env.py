@@ -39,6 +39,7 @@ from scholar_agents.pasa.queries import ScholarQuery
 from scholar_agents.pasa.trajectory import (
     EXECUTED, S_Q, S_QP, ActionRecord, QueryTrajectory, QueueEntry, SessionRecord, char_spans_to_token_spans,
 )
+from scholar_agents.validation import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ class CrawlConfig:
 
     def __post_init__(self) -> None:
         if self.prompt_style not in PROMPT_STYLES:
-            raise ValueError(f"crawler.env.prompt_style must be one of {', '.join(PROMPT_STYLES)}, "
+            raise UsageError(f"crawler.env.prompt_style must be one of {', '.join(PROMPT_STYLES)}, "
                              f"got {self.prompt_style!r}")
         if self.search_k < 1:
             raise ValueError(f"search_k must be >= 1, got {self.search_k}")

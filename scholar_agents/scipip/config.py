@@ -42,7 +42,9 @@ class LiteratureDBConfig:
 
     def __post_init__(self) -> None:
         if self.sections not in ("fulltext", "abstract"):
-            raise ValueError(f"scipip.db.sections must be fulltext or abstract, got {self.sections!r}")
+            from scholar_agents.validation import UsageError
+
+            raise UsageError(f"scipip.db.sections must be fulltext or abstract, got {self.sections!r}")
 
 
 @dataclass
