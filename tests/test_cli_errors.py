@@ -43,6 +43,7 @@ CASES = [
     (["eval", "pasa", "ks=[20,0]"], "ks[1] must be a positive integer, got 0"),
     (["eval", "selector"], "data.path is required"),
     (["data_gen", "crawler_sessions", "data_gen.queries={d}/missing.jsonl"], "no such file"),
+    (["data_gen", "crawler_sessions", "crawler.env.prompt_style=official"], "keep crawler.env.prompt_style=paper"),
 ]
 
 

@@ -85,7 +85,10 @@ def test_released_expand_response_expands_its_last_section(toy):
 
 
 def test_prompt_style_composes_in_the_crawler_group():
-    cfg = compose("pasa_search", ["crawler.env.prompt_style=official"])
-    assert cfg.crawler.env.prompt_style == "official"
+    # the command docs/pasa.md gives for the released checkpoints
+    cfg = compose("pasa_search", ["query=x", "llm.model=/ckpt/pasa-7b-crawler", "selector_llm.model=/ckpt/pasa-7b-selector",
+                                  "crawler=pasa_paper", "crawler.env.prompt_style=official"])
+    assert cfg.crawler.env.prompt_style == "official" and cfg.crawler.env.max_depth == 3
+    assert cfg.llm.model == "/ckpt/pasa-7b-crawler" and cfg.selector_llm.model == "/ckpt/pasa-7b-selector"
     for preset in ("pasa_paper", "cpu_smollm2"):
         assert compose("pasa_search", [f"crawler={preset}"]).crawler.env.prompt_style == "paper"
