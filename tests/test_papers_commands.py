@@ -8,6 +8,7 @@ import pytest
 
 from scholar_agents.hydra_app import PACKAGE_DIR, compose
 from scholar_agents.papers.commands import build, search
+from scholar_agents.validation import UsageError
 
 SAMPLE = PACKAGE_DIR / "assets" / "sample"
 
@@ -53,13 +54,13 @@ def test_build_then_search_then_rebuild_only_what_changed(tmp_path, capsys):
 
 
 def test_bad_input_fails_clearly(tmp_path):
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(UsageError, match="no such file"):
         build(compose("papers_build", _overrides(tmp_path) + ["papers.sources=[{format: arxiv_jsonl, path: /nope.gz}]"]))
-    with pytest.raises(ValueError, match="unknown format"):
+    with pytest.raises(UsageError, match="unknown format"):
         build(compose("papers_build", _overrides(tmp_path) + ["papers.sources=[{format: bibtex, path: /nope}]"]))
-    with pytest.raises(ValueError, match="query="):
+    with pytest.raises(UsageError, match="query="):
         search(compose("papers_search", _overrides(tmp_path)))
-    with pytest.raises(FileNotFoundError, match="scholar papers build"):
+    with pytest.raises(UsageError, match="scholar papers build"):
         search(compose("papers_search", _overrides(tmp_path) + ["query=x"]))
 
 

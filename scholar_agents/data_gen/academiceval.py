@@ -457,10 +457,15 @@ def _write(path: Path, records: Sequence[dict]) -> None:
 
 def build(cfg: DictConfig) -> dict:
     """``scholar data_gen academiceval``: write ``<out>/<task>.jsonl`` for each requested task."""
+    from scholar_agents.validation import UsageError, existing_file
+
     tasks = list(cfg.tasks)
     unknown = set(tasks) - set(TASKS)
     if unknown:
-        raise ValueError(f"unknown AcademicEval tasks {sorted(unknown)}; expected {TASKS}")
+        raise UsageError(f"unknown AcademicEval tasks {sorted(unknown)}; expected {TASKS}")
+    for name in ("fulltext_files", "related_files"):
+        for i, path in enumerate(cfg.get(name) or []):
+            existing_file(path, f"{name}[{i}]")
     out = Path(str(cfg.out_dir)) if cfg.out_dir else hydra_app.output_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(int(cfg.seed))

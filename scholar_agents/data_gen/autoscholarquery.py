@@ -526,11 +526,18 @@ def _fingerprint(cfg: DictConfig) -> dict:
 def autoscholarquery(cfg: DictConfig) -> dict:
     from scholar_agents.data_gen.paper_access import open_store
 
+    from scholar_agents.validation import existing_file, optional_positive_int, reading
+
     dg = cfg.data_gen
     out_dir = Path(str(cfg.out_dir))
-    passages, sources = collect_passages(dg)
-    if cfg.get("limit") is not None:
-        passages = passages[: int(cfg.limit)]
+    limit = optional_positive_int(cfg.get("limit"), "limit", "the first N passages; null = all")
+    for kind in ("unarxive", "research_town", "pasa_db"):
+        for i, path in enumerate(dg.inputs.get(kind) or []):
+            if kind != "pasa_db" or not Path(str(path)).is_dir():  # PaSa's database may be a folder
+                existing_file(path, f"data_gen.inputs.{kind}[{i}]")
+    with reading("data_gen.inputs", "(the input files)"):
+        passages, sources = collect_passages(dg)
+    passages = passages[:limit]
     log.info("%d related-work passages from %s", len(passages), dict(sources))
     run = ShardedRun(out_dir, _fingerprint(cfg), overwrite=bool(cfg.get("overwrite", False)))
     budget = int(cfg.llm.max_model_len) - int(dg.max_new_tokens)

@@ -182,9 +182,17 @@ def crawler_sessions(cfg: DictConfig) -> dict:
     from scholar_agents.data_gen.paper_access import open_corpus
     from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
 
+    from scholar_agents.validation import UsageError, existing_file, optional_positive_int, reading
+
     dg = cfg.data_gen
     out_dir = Path(str(cfg.out_dir))
-    queries = load_pasa_queries(str(dg.queries), limit=cfg.get("limit"))
+    limit = optional_positive_int(cfg.get("limit"), "limit", "the first N user queries; null = all")
+    if cfg.crawler.env.get("prompt_style", "paper") != "paper":
+        # the sessions' answers are written in Table 8's grammar; an official-style prompt would pair with them
+        raise UsageError("data_gen crawler_sessions writes Table 8 sessions: keep crawler.env.prompt_style=paper "
+                         "(official is for serving the released checkpoints)")
+    with reading("data_gen.queries", dg.queries):
+        queries = load_pasa_queries(existing_file(dg.queries, "data_gen.queries"), limit=limit)
     fingerprint = {"task": "crawler_sessions", "model": str(cfg.llm.model), "backend": str(cfg.llm.backend),
                    "seed": int(cfg.seed), "data_gen": {k: dg[k] for k in dg if k not in _NOT_IN_FINGERPRINT},
                    "env": dict(cfg.crawler.env), "search": search_fingerprint(cfg)}

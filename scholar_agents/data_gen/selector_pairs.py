@@ -247,9 +247,13 @@ def pairs_for_shard(llm, search, store, queries: list[ScholarQuery], dg, seed: i
 def selector_pairs(cfg: DictConfig) -> dict:
     from scholar_agents.data_gen.paper_access import open_corpus
 
+    from scholar_agents.validation import existing_file, optional_positive_int, reading
+
     dg = cfg.data_gen
     out_dir = Path(str(cfg.out_dir))
-    queries = load_pasa_queries(str(dg.queries), limit=cfg.get("limit"))
+    limit = optional_positive_int(cfg.get("limit"), "limit", "the first N user queries; null = all")
+    with reading("data_gen.queries", dg.queries):
+        queries = load_pasa_queries(existing_file(dg.queries, "data_gen.queries"), limit=limit)
     fingerprint = {"task": "selector_pairs", "model": str(cfg.llm.model), "backend": str(cfg.llm.backend),
                    "seed": int(cfg.seed), "data_gen": {k: dg[k] for k in dg if k not in _NOT_IN_FINGERPRINT},
                    "search": search_fingerprint(cfg)}

@@ -210,9 +210,17 @@ def pasa(cfg: DictConfig) -> dict:
     from scholar_agents.pasa.commands import Resources, load_queries
     from scholar_agents.eval.pasa_plots import metrics_bars, recall_vs_actions
 
-    out = Path(cfg.resume_dir) if cfg.get("resume_dir") else output_dir(cfg)
+    from scholar_agents.validation import (
+        check_queries_group, existing_dir, positive_int, positive_ints, reading,
+    )
+
+    check_queries_group(cfg.queries)
+    positive_ints(cfg.ks, "ks")
+    positive_int(cfg.chunk_queries, "chunk_queries", "queries per chunk")
+    out = existing_dir(cfg.resume_dir, "resume_dir") if cfg.get("resume_dir") else output_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
-    queries = load_queries(cfg.queries)
+    with reading("queries.path", cfg.queries.path):
+        queries = load_queries(cfg.queries)
     queries = [q for q in queries if q.gold_ids]
     if not queries:
         raise ValueError(f"{cfg.queries.path}: no query with gold papers (answer_arxiv_id) to evaluate")

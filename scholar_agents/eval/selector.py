@@ -155,8 +155,15 @@ def selector(cfg: DictConfig) -> dict:
     from scholar_agents.hydra_app import output_dir
     from scholar_agents.llm import build_llm
 
+    from scholar_agents.validation import existing_file, one_of, optional_positive_int, positive_int, reading
+
+    path = existing_file(cfg.data.get("path"), "data.path")
+    one_of(cfg.data.format, "data.format", FORMATS)
+    limit = optional_positive_int(cfg.data.get("limit"), "data.limit", "the first N pairs; null = all")
+    positive_int(cfg.n_bins, "n_bins", "reliability-diagram bins")
     out = output_dir(cfg)
-    pairs = load_labelled_pairs(cfg.data.path, cfg.data.format, cfg.data.limit)
+    with reading("data.path", path):
+        pairs = load_labelled_pairs(path, cfg.data.format, limit)
     labels = np.array([p.label for p in pairs], dtype=bool)
     llm = build_llm(cfg.llm)
     try:

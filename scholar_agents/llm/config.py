@@ -53,3 +53,5 @@ class EmbedderConfig:
     normalize: bool = True  # unit vectors, so inner product == cosine
     query_prefix: str = ""  # e.g. "query: " for E5-style encoders
     doc_prefix: str = ""
+    trust_remote_code: bool = False  # models whose code lives in their hub repo (jina-embeddings-v3)
+    task: str = ""  # a task adapter + prompt name passed to encode (jina-embeddings-v3: "text-matching", ...)

@@ -52,7 +52,7 @@ class Embedder:
         self.cfg = cfg
         self.model_id = cfg.model
         path = resolve_embedder_path(cfg.model)
-        self._model = SentenceTransformer(path, device=_device(cfg.device))
+        self._model = SentenceTransformer(path, device=_device(cfg.device), trust_remote_code=cfg.trust_remote_code)
         self._model.max_seq_length = cfg.max_length
         self.dim = int(self._model.get_embedding_dimension())
 
@@ -75,6 +75,7 @@ class Embedder:
             show_progress_bar=show_progress,
             convert_to_numpy=True,
             normalize_embeddings=self.cfg.normalize,
+            **({"task": self.cfg.task, "prompt_name": self.cfg.task} if self.cfg.task else {}),
         )
         return np.ascontiguousarray(vecs, dtype=np.float32)
 

@@ -17,8 +17,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from scholar_agents.hydra_app import output_dir
 from scholar_agents.papers.corpus import build_store, to_papers_config
-from scholar_agents.papers.dated_docs import normalize_date
 from scholar_agents.papers.index import load_or_build_search, to_search_config
+from scholar_agents.papers.loaders import LOADERS
+from scholar_agents.validation import (
+    UsageError, existing_file, optional_positive_int, parse_date, positive_int, reading,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +35,23 @@ def _embedder_for(cfg: DictConfig, kind: str, components: list[str]):
     return build_embedder(cfg.embedder)
 
 
+def check_sources(pcfg) -> None:
+    """The corpus files of a ``papers`` config: known formats, and every required file present."""
+    if not pcfg.sources:
+        raise UsageError(f"papers={pcfg.name} lists no sources: add papers.sources=[{{format: ..., path: ...}}]")
+    for i, src in enumerate(pcfg.sources):
+        if src.format not in LOADERS:
+            raise UsageError(f"papers.sources[{i}].format={src.format!r}: unknown format; known: "
+                             f"{', '.join(sorted(LOADERS))}")
+        if not src.optional and not Path(src.path).exists():
+            raise UsageError(f"papers.sources[{i}].path={src.path!r}: no such file ({src.format}); mark it "
+                             "`optional: true` to build without it")
+
+
 def build(cfg: DictConfig) -> dict[str, Any]:
     """Load the ``papers`` sources into the store, resolve cited titles, then build/refresh the search index."""
     pcfg = to_papers_config(cfg.papers)
+    check_sources(pcfg)
     report: dict[str, Any] = {"papers": pcfg.name, "store": build_store(pcfg, progress=True)}
     if cfg.get("index", True):
         from scholar_agents.papers.store import PaperStore
@@ -62,10 +79,19 @@ def build(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _read_queries(path: str) -> list[dict[str, Any]]:
-    """PaSa-format JSONL (``question``, ``source_meta.published_time``, ``qid``) or one query per line."""
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"queries_file {p} does not exist")
+    """PaSa-format JSONL (``question``, ``source_meta.published_time``, ``qid``) or one query per line; each
+    query's date is checked (a bad one names its line)."""
+    p = existing_file(path, "queries_file")
+    with reading("queries_file", p):
+        queries = _parse_queries(p)
+    for q in queries:
+        q["date"] = parse_date(q["date"], f"queries_file {p}:{q['line']}: source_meta.published_time")
+    if not queries:
+        raise UsageError(f"queries_file={str(path)!r} holds no query")
+    return queries
+
+
+def _parse_queries(p: Path) -> list[dict[str, Any]]:
     out = []
     for lineno, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -78,10 +104,12 @@ def _read_queries(path: str) -> list[dict[str, Any]]:
             q = d.get("question") or d.get("query")
             if not q:
                 raise ValueError(f"{p}:{lineno}: a query record needs `question`")
-            out.append({"qid": d.get("qid", f"q{lineno}"), "query": q,
+            if not isinstance(q, str):
+                raise ValueError(f"{p}:{lineno}: `question` must be a string")
+            out.append({"qid": d.get("qid", f"q{lineno}"), "query": q, "line": lineno,
                         "date": (d.get("source_meta") or {}).get("published_time")})
         else:
-            out.append({"qid": f"q{lineno}", "query": line.strip(), "date": None})
+            out.append({"qid": f"q{lineno}", "query": line.strip(), "line": lineno, "date": None})
     return out
 
 
@@ -91,21 +119,22 @@ def search(cfg: DictConfig) -> dict[str, Any]:
 
     pcfg = to_papers_config(cfg.papers)
     scfg = to_search_config(cfg.search)
-    k = int(cfg.k) if cfg.get("k") is not None else scfg.k
+    # Everything the user typed is checked before an index or a model is loaded.
+    k = positive_int(cfg.k if cfg.get("k") is not None else scfg.k, "k", "the number of hits per query")
+    before = parse_date(cfg.get("before"), "before")
+    limit = optional_positive_int(cfg.get("limit"), "limit", "the first N queries of queries_file; null = all")
+    if cfg.get("queries_file") and cfg.get("query"):
+        raise UsageError("give query='...' or queries_file=path.jsonl, not both")
     if cfg.get("queries_file"):
-        queries = _read_queries(str(cfg.queries_file))
-        if cfg.get("limit"):
-            queries = queries[: int(cfg.limit)]
-    elif cfg.get("query"):
+        queries = _read_queries(str(cfg.queries_file))[:limit]
+    elif cfg.get("query") is not None and str(cfg.query).strip():
         queries = [{"qid": "q0", "query": str(cfg.query), "date": None}]
     else:
-        raise ValueError("give query='...' or queries_file=path.jsonl")
-    before = normalize_date(cfg.get("before"))
+        raise UsageError("give query='...' or queries_file=path.jsonl")
     # An explicit before= wins; otherwise each PaSa query's own date applies (PaSa §3.1: only earlier papers count).
-    dates = [before if before is not None or not cfg.get("use_query_dates", True) else normalize_date(q["date"])
-             for q in queries]
+    dates = [before if before is not None or not cfg.get("use_query_dates", True) else q["date"] for q in queries]
     if not Path(pcfg.store).exists():
-        raise FileNotFoundError(f"paper store {pcfg.store} does not exist: run `scholar papers build papers={pcfg.name}`")
+        raise UsageError(f"paper store {pcfg.store} does not exist: run `scholar papers build papers={pcfg.name}`")
     with PaperStore(pcfg.store, readonly=True) as store:
         backend = load_or_build_search(scfg, store, _embedder_for(cfg, scfg.kind, scfg.hybrid_components),
                                        pcfg.index_dir, progress=True)
@@ -122,8 +151,8 @@ def search(cfg: DictConfig) -> dict[str, Any]:
             print(f"{h.rank + 1:>4}  {h.score:>8.4f}  {h.paper_id:<14} {pdate:<10}  {title[:90]}")
             rows.append({"rank": h.rank, "score": h.score, "paper_id": h.paper_id, "date": pdate, "title": title})
         if not hits:
-            print("      (no hits)")
-        records.append({**q, "before": date, "hits": rows})
+            print(f"      (no hits{': no indexed paper published before ' + date + ' matches' if date else ''})")
+        records.append({**{f: v for f, v in q.items() if f != "line"}, "before": date, "hits": rows})
     out = output_dir(cfg) / "search_results.json"
     out.write_text(json.dumps({"papers": pcfg.name, "search": OmegaConf.to_container(cfg.search, resolve=True),
                                "k": k, "results": records}, indent=1, ensure_ascii=False))

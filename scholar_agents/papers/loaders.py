@@ -22,7 +22,7 @@ import zipfile
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Container, Iterator, Sequence
 
 from scholar_agents.papers.paper import Paper, Reference, Section
 from scholar_agents.papers.titles import clean_cited_title, parse_cited_title
@@ -440,6 +440,49 @@ def load_research_town(path: PathLike, skip_bad: bool = False, source: str = "re
                     authors=_authors(d.get("authors")), categories=_categories(d.get("domain")),
                     sections=sections, source=source)
     bad.report(n)
+
+
+# --- section text -----------------------------------------------------------------------------------------------
+
+def load_section_texts(fmt: str, path: PathLike, paper_ids: Container[str] | None = None,
+                       skip_bad: bool = True) -> Iterator[tuple[str, list[tuple[str, str]]]]:
+    """``(paper_id, [(heading, text), ...])`` from a full-text corpus file (``unarxive``, ``research_town``): the
+    section TEXT, which the paper store does not keep (it keeps headings and references). Ids and headings are
+    the ones :func:`load_unarxive` / :func:`load_research_town` give the same records; only ``paper_ids`` (when
+    given) are kept, so a consumer holds the texts it needs, not the corpus."""
+    path = Path(path)
+    if fmt == "unarxive":
+        bad = _BadRecords(path, skip_bad)
+        for _, d in _iter_jsonl(path, bad):
+            meta = d.get("metadata") or {}
+            pid, body = d.get("paper_id") or meta.get("id"), d.get("body_text")
+            if not pid or not isinstance(body, list):
+                continue
+            pid = strip_version(str(pid))
+            if paper_ids is not None and pid not in paper_ids:
+                continue
+            texts: dict[str, list[str]] = {}
+            for para in body:
+                if isinstance(para, dict) and para.get("text"):
+                    name = _clean(para.get("section")) or "(untitled)"
+                    num = _clean(para.get("sec_number"))
+                    heading = f"{num} {name}" if num and not name.startswith(num) else name
+                    texts.setdefault(heading, []).append(_clean(para["text"]))
+            yield pid, [(h, " ".join(parts)) for h, parts in texts.items()]
+    elif fmt == "research_town":
+        data = json.loads(path.read_text(encoding="utf-8"))
+        seen: set[str] = set()
+        for i, d in enumerate(data.values() if isinstance(data, dict) else data):
+            if not isinstance(d, dict) or not isinstance(d.get("sections"), dict):
+                continue
+            m = _ARXIV_IN_TEXT.search(d.get("url") or "")
+            pid = strip_version(m.group(1)) if m else f"rt:{d.get('pk', i)}"
+            if pid in seen or (paper_ids is not None and pid not in paper_ids):
+                continue
+            seen.add(pid)
+            yield pid, [(_clean(h), _clean(t)) for h, t in d["sections"].items()]
+    else:
+        raise ValueError(f"{fmt!r} keeps no section text; full-text formats: unarxive, research_town")
 
 
 # --- dispatch ---------------------------------------------------------------------------------------------------

@@ -3,9 +3,13 @@
 A session response is a sequence of actions, each an action token followed by its argument, ending with
 ``[Stop]``::
 
-    response := ws* (action ws*)* "[Stop]" ws*
-    action   := "[Search]" ws+ text   |   "[Expand]" ws+ text
+    response := ws* (action ws*)* stop ws*
+    action   := "[Search]" ws* text   |   "[Expand]" ws* text
+    stop     := "[Stop]" | "[StopSearch]" | "[StopExpand]"
     text     := anything up to the next action token, stripped, non-empty
+
+``[StopSearch]`` / ``[StopExpand]`` (and no space after ``[Search]``) are the official code's format, what the
+released PaSa crawler writes (``[Search]q1\n[Search]q2\n[StopSearch]``); they mean ``[Stop]``.
 
 ``parse_response`` never raises: whatever an LLM writes, it returns the well-formed actions it can trust and a
 list of errors (with their character spans) for everything else, so one bad generation is counted and logged and
@@ -30,14 +34,16 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
-from scholar_agents.pasa.prompts import ACTION_EXPAND, ACTION_SEARCH, ACTION_STOP
+from scholar_agents.pasa.prompts import ACTION_EXPAND, ACTION_SEARCH, ACTION_STOP, ACTION_STOP_EXPAND, ACTION_STOP_SEARCH
 
 SEARCH, EXPAND, STOP = "search", "expand", "stop"
-ACTION_TOKENS = {ACTION_SEARCH: SEARCH, ACTION_EXPAND: EXPAND, ACTION_STOP: STOP}
-TOKEN_OF = {v: k for k, v in ACTION_TOKENS.items()}
+TOKEN_OF = {SEARCH: ACTION_SEARCH, EXPAND: ACTION_EXPAND, STOP: ACTION_STOP}
+# The official code's stop tokens ([StopSearch], [StopExpand]: the released crawler writes them) are read as [Stop];
+# without them a released checkpoint's last section would read "2.1 Regularization[StopExpand]" and be lost.
+ACTION_TOKENS = {**{t: k for k, t in TOKEN_OF.items()}, ACTION_STOP_SEARCH: STOP, ACTION_STOP_EXPAND: STOP}
 
 _TOKEN_RE = re.compile("|".join(re.escape(t) for t in ACTION_TOKENS))
-_MISCASED_RE = re.compile(r"\[(search|expand|stop)\]", re.IGNORECASE)
+_MISCASED_RE = re.compile(r"\[(search|expand|stop|stopsearch|stopexpand)\]", re.IGNORECASE)
 _BRACKET_WORD_RE = re.compile(r"^\s*\[[A-Za-z_ ]{1,30}\]")
 
 # Every grammar error code, in one place (reports count them by code).

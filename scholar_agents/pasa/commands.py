@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from scholar_agents.pasa.queries import ScholarQuery, iso_date, load_pasa_queries
+from scholar_agents.pasa.queries import ScholarQuery, load_pasa_queries
 
 log = logging.getLogger(__name__)
 
@@ -174,12 +174,17 @@ def search(cfg: DictConfig) -> dict:
     from scholar_agents.pasa.agent import results_table
     from scholar_agents.pasa.trajectory import write_trajectories
 
+    from scholar_agents.validation import UsageError, check_queries_group, optional_positive_int, parse_date, reading
+
+    optional_positive_int(cfg.get("top"), "top", "rows per query in the printed table; null = all")
     if cfg.get("query"):
-        queries = [ScholarQuery("query", str(cfg.query), before=iso_date(cfg.get("before")))]
+        queries = [ScholarQuery("query", str(cfg.query), before=parse_date(cfg.get("before"), "before", full=True))]
     elif cfg.queries.get("path"):
-        queries = load_queries(cfg.queries)
+        check_queries_group(cfg.queries)
+        with reading("queries.path", cfg.queries.path):
+            queries = load_queries(cfg.queries)
     else:
-        raise ValueError('give query="<your question>" (and optionally before=YYYY-MM-DD) or queries.path=<file>')
+        raise UsageError('give query="<your question>" (and optionally before=YYYY-MM-DD) or queries.path=<file>')
     res = Resources(cfg)
     agent = res.agent()
     results = agent.run(queries)

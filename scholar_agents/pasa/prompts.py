@@ -28,6 +28,35 @@ ACTION_SEARCH = "[Search]"
 ACTION_EXPAND = "[Expand]"
 ACTION_STOP = "[Stop]"
 
+# The official code's wording (github.com/bytedance/pasa, agent_prompt.json: "generate_query", "select_section";
+# the same strings in the released sft_crawler data). The released pasa-7b-crawler was trained on it, so a released
+# checkpoint is served with it (``crawler.env.prompt_style=official``). It differs from Table 8 in small ways that
+# matter to a fine-tuned model: no comma after "Please", a newline before "User Query:", the query in backquotes,
+# "for getting" instead of "to get", newlines before "Abstract:" and "Sections:". paper_agent.py ``.strip()``s both.
+CRAWLER_SEARCH_SESSION_OFFICIAL = (
+    "Please generate some mutually exclusive queries in a list to search the relevant papers according to the "
+    "User Query. Searching for survey papers would be better.\nUser Query: {user_query}"
+)
+CRAWLER_EXPAND_SESSION_OFFICIAL = (
+    "You are conducting research on `{user_query}`. You need to predict which sections to look at for getting more "
+    "relevant papers. Title: {title}\nAbstract: {abstract}\nSections: {sections}"
+)
+# The official code's stop tokens (released sft_crawler data, what the released crawler writes): one per session
+# kind. The parser reads both as [Stop].
+ACTION_STOP_SEARCH = "[StopSearch]"
+ACTION_STOP_EXPAND = "[StopExpand]"
+
+# crawler.env.prompt_style: "paper" = Table 8 verbatim (the default); "official" = the official code's wording.
+PROMPT_STYLES = ("paper", "official")
+_SEARCH_SESSION = {"paper": CRAWLER_SEARCH_SESSION, "official": CRAWLER_SEARCH_SESSION_OFFICIAL}
+_EXPAND_SESSION = {"paper": CRAWLER_EXPAND_SESSION, "official": CRAWLER_EXPAND_SESSION_OFFICIAL}
+
+
+def _session_template(table: dict[str, str], style: str) -> str:
+    if style not in table:
+        raise ValueError(f"crawler prompt_style must be one of {PROMPT_STYLES}, got {style!r}")
+    return table[style]
+
 
 # Ours: the answer format spelled out for an UNTRAINED model (the prompted-agent baseline, PaSa-GPT-4o in Table 2,
 # whose prompt the paper does not print). Appended to the Table 8 prompt only when asked (``instructed=True``);
@@ -42,20 +71,28 @@ CRAWLER_EXPAND_FORMAT = (
 )
 
 
-def crawler_search_messages(user_query: str, instructed: bool = False) -> list[dict[str, str]]:
-    """The S_q session state (Table 8, search session) as a chat: the same in SFT data, inference and PPO."""
-    content = CRAWLER_SEARCH_SESSION.format(user_query=user_query)
+def crawler_search_messages(user_query: str, instructed: bool = False, style: str = "paper") -> list[dict[str, str]]:
+    """The S_q session state (Table 8, search session; ``style="official"``: the official code's wording) as a
+    chat: the same in SFT data, inference and PPO."""
+    content = _session_template(_SEARCH_SESSION, style).format(user_query=user_query)
+    if style == "official":
+        content = content.strip()
     return [{"role": "user", "content": content + (CRAWLER_SEARCH_FORMAT if instructed else "")}]
 
 
 def crawler_expand_messages(user_query: str, title: str, abstract: str, sections: list[str],
-                            instructed: bool = False) -> list[dict[str, str]]:
+                            instructed: bool = False, style: str = "paper") -> list[dict[str, str]]:
     """The S_{q+p} session state (Table 8, expand session): the paper's title, abstract and section outline, the
-    outline written as a JSON list of headings so that the model can copy a heading verbatim after [Expand]."""
+    outline written as a JSON list of headings so that the model can copy a heading verbatim after [Expand].
+    The released sft_crawler data writes the outline the same way (a JSON list); the official paper_agent.py
+    formats ``sections.keys()`` (``dict_keys([...])``) at inference — we follow the data the checkpoint learnt."""
     import json
 
     outline = json.dumps(list(sections), ensure_ascii=False)
-    content = CRAWLER_EXPAND_SESSION.format(user_query=user_query, title=title, abstract=abstract, sections=outline)
+    content = _session_template(_EXPAND_SESSION, style).format(user_query=user_query, title=title,
+                                                               abstract=abstract, sections=outline)
+    if style == "official":
+        content = content.strip()
     return [{"role": "user", "content": content + (CRAWLER_EXPAND_FORMAT if instructed else "")}]
 
 # Table 13: the search-query paraphrase prompt (the "Google with GPT-4o" baseline).

@@ -22,7 +22,11 @@ class LiteratureDBConfig:
     chunk_size: int = 32  # papers per wave: all stages + embeddings run per wave, then commit (resume point)
     # Input truncation (characters) so that prompt + answer fit small context windows (SmolLM2: 2048 tokens).
     max_abstract_chars: int = 1500
-    max_section_chars: int = 1500
+    max_section_chars: int = 1500  # introduction / method section text, when read from full text
+    # What τ1's introduction and τ3's method section are (Eq. 1: T_n, T_m). "fulltext" (paper): the real sections
+    # from the full-text files the store was built from (unarXive, research-town), the abstract where a paper has
+    # none; "abstract" (ours, cheaper): τ1 sees "Introduction: (not available)", τ3 the title + abstract.
+    sections: str = "fulltext"
     max_keywords: int = 5  # τ2: "The number of entities should be less than or equal to 5"
     limit: int | None = None  # summarise only the first N papers of the store (ids order); null = all
     paper_ids_file: str | None = None  # or only these paper ids (one per line)
@@ -35,6 +39,12 @@ class LiteratureDBConfig:
     # `cite_type: cite_id_list` (citations in the Introduction only).
     citation_sections: list[str] = field(default_factory=list)
     embed_batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        if self.sections not in ("fulltext", "abstract"):
+            from scholar_agents.validation import UsageError
+
+            raise UsageError(f"scipip.db.sections must be fulltext or abstract, got {self.sections!r}")
 
 
 @dataclass

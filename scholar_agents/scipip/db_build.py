@@ -7,9 +7,11 @@ interrupted build resumes where it stopped and a finished one costs zero LLM cal
 Outputs that break the prompt's format are counted, stored with ``*_ok = 0`` and a fallback text (so retrieval
 still works), and can be retried with ``retry_failed``.
 
-Inputs: the paper store holds title, abstract and section → reference structure, not section text. τ1 gets
-the title and abstract (no introduction) and τ3 gets the abstract in place of the method section; on a
-cluster with full texts the same prompts take the real sections.
+Inputs (Eq. 1): τ1 reads title, abstract and introduction, τ3 the method section. The paper store keeps section
+headings and references, not text: with ``sections=fulltext`` (the default) the two sections are read from the
+full-text files the store was built from (:mod:`scholar_agents.scipip.full_text`); a paper without them, or
+``sections=abstract``, gets "Introduction: (not available)" and the title + abstract for its method. The build's
+``inputs`` stats count which was used.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from scholar_agents.papers.paper import Paper
 from scholar_agents.papers.store import PaperStore
 from scholar_agents.scipip import prompts
 from scholar_agents.scipip.config import LiteratureDBConfig
+from scholar_agents.scipip.full_text import FullText, store_full_text_sources
 from scholar_agents.scipip.literature_db import EMBED_FIELDS, LiteratureDB
 from scholar_agents.scipip.output_parsers import (
     clean_free_text,
@@ -77,6 +80,7 @@ class LiteratureDBBuilder:
     def __init__(self, store: PaperStore, db: LiteratureDB, llm: LLM | None, embedder, cfg: LiteratureDBConfig):
         self.store, self.db, self.llm, self.embedder, self.cfg = store, db, llm, embedder, cfg
         self.stats: dict[str, dict[str, int]] = {}
+        self.full_text = FullText({})  # filled by run() when cfg.sections == "fulltext"
 
     def _count(self, stage: str, key: str, n: int = 1) -> None:
         self.stats.setdefault(stage, {"prompts": 0, "ok": 0, "failed": 0})
@@ -109,8 +113,14 @@ class LiteratureDBBuilder:
 
     # ---- the four LLM stages ----
 
+    def _introduction(self, p: Paper) -> str:
+        return self.full_text.introduction(p.paper_id)[: self.cfg.max_section_chars]
+
+    def _method_text(self, p: Paper) -> str:
+        return self.full_text.method(p.paper_id)[: self.cfg.max_section_chars]
+
     def _summary_chat(self, p: Paper):
-        return prompts.tau1_summary(p.title, self._abstract(p), NO_INTRODUCTION)
+        return prompts.tau1_summary(p.title, self._abstract(p), self._introduction(p) or NO_INTRODUCTION)
 
     def _store_summary(self, p: Paper, text: str) -> bool:
         summary, ok = parse_summary(text)
@@ -145,7 +155,15 @@ class LiteratureDBBuilder:
         return parsed.ok
 
     def _method_chat(self, p: Paper):
-        return prompts.tau3_concise_method(f"{p.title}. {self._abstract(p)}")
+        return prompts.tau3_concise_method(self._method_text(p) or f"{p.title}. {self._abstract(p)}")
+
+    def _count_inputs(self, papers: dict[str, Paper]) -> dict[str, dict[str, int]]:
+        """Which text stood in for each paper's introduction and method section (Eq. 1's T_n, T_m)."""
+        intro = sum(bool(self._introduction(p)) for p in papers.values())
+        method = sum(bool(self._method_text(p)) for p in papers.values())
+        return {"sections": self.cfg.sections,
+                "introduction": {"fulltext": intro, "not_available": len(papers) - intro},
+                "method": {"fulltext": method, "abstract": len(papers) - method}}
 
     def _store_method(self, p: Paper, text: str) -> bool:
         method = clean_free_text(text)
@@ -204,6 +222,15 @@ class LiteratureDBBuilder:
         papers = {p: paper for p, paper in papers.items() if paper.abstract}
         log.info("literature DB: %d papers (%d missing from the store, %d without abstract skipped)",
                  len(papers), len(missing), len(no_abstract))
+        if self.cfg.sections == "fulltext":
+            sources = store_full_text_sources(self.store)
+            if not sources:
+                log.warning("sections=fulltext but the store %s was built from no full-text file (unarxive, "
+                            "research_town): every paper's introduction / method falls back to its abstract",
+                            self.store.path)
+            self.full_text = FullText.read(sources, papers)
+        inputs = self._count_inputs(papers)
+        log.info("literature DB inputs: %s", inputs)
         for pid, paper in papers.items():
             refs = cited_ids(paper, self.cfg.citation_sections)
             if refs:
@@ -234,6 +261,7 @@ class LiteratureDBBuilder:
         return {
             "papers": len(papers),
             "missing_from_store": len(missing),
+            "inputs": inputs,
             "skipped_without_abstract": len(no_abstract),
             "llm_prompts": llm_prompts,
             "stages_this_run": self.stats,

@@ -1,0 +1,79 @@
+"""Bad command-line input, through the real ``scholar`` entry point: one clear line on stderr, exit status 2, no
+traceback — and the full trace with HYDRA_FULL_ERROR=1. Each command checks its inputs before loading any index
+or model, so these runs take about a second each."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scholar_agents.validation import UsageError, parse_date, positive_int, positive_ints
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def scholar(tmp_path, *args, env=None):
+    return subprocess.run([sys.executable, "-m", "scholar_agents", *args, f"hydra.run.dir={tmp_path}/run"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "HYDRA_FULL_ERROR": "0", **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def bad_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad_inputs")
+    (d / "malformed.jsonl").write_text('{"question": "gnn", "qid": "a"}\n{"question": "x", broken\n')
+    (d / "bad_date.jsonl").write_text('{"question": "gnn", "qid": "a", "source_meta": {"published_time": "20231345"}}\n')
+    return d
+
+
+CASES = [
+    (["papers", "search", "query=gnn", "before=2023-13-45"], "before='2023-13-45' is not a calendar date"),
+    (["papers", "search", "query=gnn", "k=-1"], "k must be a positive integer (the number of hits per query), got -1"),
+    (["papers", "search", "query=gnn", "k=0"], "k must be a positive integer (the number of hits per query), got 0"),
+    (["papers", "search", "query=gnn", "k=ten"], "k must be an integer, got 'ten'"),
+    (["papers", "search", "queries_file={d}/missing.jsonl"], "queries_file='{d}/missing.jsonl': no such file"),
+    (["papers", "search", "queries_file={d}/malformed.jsonl"], "{d}/malformed.jsonl:2: invalid JSON"),
+    (["papers", "search", "queries_file={d}/bad_date.jsonl"], "{d}/bad_date.jsonl:1: source_meta.published_time"),
+    (["papers", "search"], "give query='...' or queries_file=path.jsonl"),
+    (["papers", "build", "papers.sources=[{format: arxiv_jsonl, path: /nope.gz}]"], "path='/nope.gz': no such file"),
+    (["pasa", "search", "query=gnn", "before=20230230"], "before=20230230 is not a calendar date"),
+    (["pasa", "search", "queries.path={d}/malformed.jsonl"], "{d}/malformed.jsonl:2: invalid JSON"),
+    (["eval", "pasa", "ks=[20,0]"], "ks[1] must be a positive integer, got 0"),
+    (["eval", "selector"], "data.path is required"),
+    (["data_gen", "crawler_sessions", "data_gen.queries={d}/missing.jsonl"], "no such file"),
+    (["data_gen", "crawler_sessions", "crawler.env.prompt_style=official"], "keep crawler.env.prompt_style=paper"),
+]
+
+
+@pytest.mark.parametrize("args,message", CASES, ids=[" ".join(a) for a, _ in CASES])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, bad_files, args, message):
+    out = scholar(tmp_path, *[a.replace("{d}", str(bad_files)) for a in args])
+    assert out.returncode == 2, out.stderr[-2000:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stdout + out.stderr, out.stderr[-2000:]
+    assert lines[0].startswith(f"scholar {args[0]} {args[1]}: error: ")
+    assert message.replace("{d}", str(bad_files)) in lines[0]
+
+
+def test_hydra_full_error_shows_the_trace(tmp_path):
+    out = scholar(tmp_path, "papers", "search", "query=gnn", "k=0", env={"HYDRA_FULL_ERROR": "1"})
+    assert out.returncode != 0 and "Traceback" in out.stderr
+    assert "UsageError: k must be a positive integer" in out.stderr
+
+
+def test_validators():
+    assert [parse_date(v, "d") for v in ("20230228", "2023-02-28", "2023-02", "2023", None, "")] == [
+        "2023-02-28", "2023-02-28", "2023-02", "2023", None, None]
+    assert parse_date("20240229", "d", full=True) == "2024-02-29"  # a leap day
+    for bad in ("20230229", "2023-00", "23-01-01", "yesterday"):
+        with pytest.raises(UsageError):
+            parse_date(bad, "d")
+    with pytest.raises(UsageError, match="YYYY-MM-DD or YYYYMMDD"):
+        parse_date("2023-02", "d", full=True)
+    assert positive_int("7", "k") == 7 and positive_ints([20, "50"], "ks") == [20, 50]
+    for bad in (True, 1.5, "1e3", None):
+        with pytest.raises(UsageError, match="must be an integer"):
+            positive_int(bad, "k")
+    assert issubclass(UsageError, ValueError)  # library callers catching ValueError keep working
