@@ -139,6 +139,11 @@ def test_startup_check_refuses_a_plan_that_does_not_fit_and_the_switch_turns_it_
     with caplog.at_level("INFO"):
         assert startup_check(compose("train_crawler_ppo", [])) is None  # cluster=cpu, no CUDA here
     assert "memory check skipped" in caplog.text
+    # the task function checks before it builds the trainer (which would load the 7B checkpoint)
+    from scholar_agents.train.crawler_ppo import crawler_ppo
+
+    with pytest.raises(SystemExit, match="DOES NOT FIT"):
+        crawler_ppo(refused)
 
 
 def test_cluster_schema_validates():
@@ -189,3 +194,26 @@ def test_activation_formula_matches_what_autograd_saves_for_a_tiny_qwen2(attn):
     # gradient checkpointing keeps each layer's 16-bit input only: 2sbh
     two_layers_gc = _saved_activation_bytes(4, attn, True, b, s) - _saved_activation_bytes(2, attn, True, b, s)
     assert two_layers_gc == 2 * 2 * s * b * 256
+
+
+def _sleep_override() -> str:
+    """``ppo.rollout_sleep`` comes with the colocated-rollout work; before it is in PPOConfig it has to be added."""
+    from dataclasses import fields
+
+    from scholar_agents.train.ppo.config import PPOConfig
+
+    return ("" if "rollout_sleep" in {f.name for f in fields(PPOConfig)} else "+") + "ppo.rollout_sleep=true"
+
+
+def test_a6000_plans_of_docs_cluster_md():
+    """docs/cluster.md: ZeRO-3 with the default engine is refused on 2 A6000 nodes; 4 nodes with a smaller engine
+    and scoring batch fit, and so do 2 nodes with vLLM sleep mode."""
+    a6000 = [*PAPER[:-1], "cluster=a6000_48gb", ZERO3]
+    default = build_plan(inputs_from_config(compose("train_crawler_ppo", a6000)))
+    assert not default.fits
+    four_nodes = build_plan(inputs_from_config(compose("train_crawler_ppo", [
+        *a6000, "cluster.nodes=4", "llm.gpu_memory_utilization=0.45", "ppo.score_batch_size=4"])))
+    assert four_nodes.fits and four_nodes.inputs.world == 32
+    asleep = build_plan(inputs_from_config(compose("train_crawler_ppo", [
+        *a6000, "llm.gpu_memory_utilization=0.45", _sleep_override()])))
+    assert asleep.fits and asleep.inputs.sleep and asleep.peak_phase == "rollout"

@@ -24,8 +24,8 @@ class ClusterConfig:
         if self.gpus_per_node < 0:
             raise ValueError(f"cluster.gpus_per_node must be >= 0, got {self.gpus_per_node}")
         if self.gpus_per_node > 0 and self.gpu_memory_gib <= 0:
-            raise ValueError(f"cluster {self.name!r} has {self.gpus_per_node} GPUs per node: set cluster.gpu_memory_gib "
-                             f"(total memory of one card in GiB, e.g. 79.6 for an H100 80GB)")
+            raise ValueError(f"cluster {self.name!r} has {self.gpus_per_node} GPUs per node: set "
+                             f"cluster.gpu_memory_gib (total memory of one card in GiB, e.g. 79.6 for an H100 80GB)")
         if self.headroom_gib < 0 or self.cpu_memory_gib < 0:
             raise ValueError("cluster.headroom_gib and cluster.cpu_memory_gib must be >= 0")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from scholar_agents.plan.cluster import ClusterConfig, to_cluster_config
-from scholar_agents.plan.memory_plan import (DTYPE_BYTES, PHASES, Plan, PlanInputs, build_plan, suggest_fixes)
+from scholar_agents.plan.memory_plan import DTYPE_BYTES, PHASES, Plan, PlanInputs, build_plan, suggest_fixes
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,12 @@ def inputs_from_config(cfg: DictConfig, cluster: ClusterConfig | None = None) ->
     )
 
 
+def _shown_path(path: str) -> str:
+    package = Path(__file__).resolve().parents[1]
+    return str(Path(path).resolve().relative_to(package.parent)) if Path(path).resolve().is_relative_to(package) \
+        else path
+
+
 def format_plan(plan: Plan) -> str:
     x = plan.inputs
     c = x.cluster
@@ -107,7 +113,8 @@ def format_plan(plan: Plan) -> str:
     lines = [
         f"# Memory plan per GPU: cluster={c.name} ({c.nodes} nodes x {c.gpus_per_node} GPUs = {x.world}, "
         f"{c.gpu_memory_gib:g} GiB each), {stage}{', ' + offload if offload else ''}",
-        f"# policy {x.policy.name}: {x.policy.params:,} parameters (meta-built from {x.policy.config_dir}/config.json)"
+        f"# policy {x.policy.name}: {x.policy.params:,} parameters (meta-built from "
+        f"{_shown_path(x.policy.config_dir)}/config.json)"
         + (f"; value backbone {x.value.backbone_params:,}" if x.value else "; value head on the policy")
         + (f"; LoRA trainable {x.lora_trainable:,}" if x.lora_trainable is not None else ""),
         f"# sequences of <= {x.seq_len} tokens (llm.max_model_len), responses <= {x.response_len}; forward batch "

@@ -237,7 +237,8 @@ def build_plan(x: PlanInputs) -> Plan:
     for model, p in (("policy", pol_trainable), ("value", val_trainable)):
         w, g, o = _state_split(p, stage, n, x.offload_optimizer, x.offload_params, x.model_dtype_bytes)
         label = "LoRA adapter " if (model == "policy" and x.lora_trainable is not None) else ""
-        parts += [(model, f"{label}weights", w), (model, f"{label}gradients", g), (model, f"{label}optimizer states", o)]
+        parts += [(model, f"{label}weights", w), (model, f"{label}gradients", g),
+                  (model, f"{label}optimizer states", o)]
     if stage == 3:
         parts.append(("policy + value", "ZeRO-3 gathered layer (4 B x largest layer)", 4 * largest))
     # the split is exact for the estimators' formulas; integer division may leave a few bytes: give them to the last
