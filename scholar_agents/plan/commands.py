@@ -111,7 +111,8 @@ def format_plan(plan: Plan) -> str:
     offload = ", ".join(k for k, on in (("optimizer offload", x.offload_optimizer), ("parameter offload",
                                                                                     x.offload_params)) if on)
     lines = [
-        f"# Memory plan per GPU: cluster={c.name} ({c.nodes} nodes x {c.gpus_per_node} GPUs = {x.world}, "
+        f"# Memory plan per GPU: cluster={c.name} ({c.nodes} node{'s' if c.nodes > 1 else ''} x "
+        f"{c.gpus_per_node} GPUs = {x.world}, "
         f"{c.gpu_memory_gib:g} GiB each), {stage}{', ' + offload if offload else ''}",
         f"# policy {x.policy.name}: {x.policy.params:,} parameters (meta-built from "
         f"{_shown_path(x.policy.config_dir)}/config.json)"

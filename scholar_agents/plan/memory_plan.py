@@ -84,6 +84,7 @@ class Row:
     gib: float
     phases: tuple[str, ...]
     source: str
+    engine_budget: bool = False  # the rollout engine's gpu_memory_utilization reservation
 
 
 @dataclass
@@ -291,7 +292,8 @@ def build_plan(x: PlanInputs) -> Plan:
     if x.engine_backend == "vllm":
         budget = x.gpu_memory_utilization * x.cluster.gpu_memory_gib
         rows.append(Row("rollout engine (vLLM)", f"budget: gpu_memory_utilization {x.gpu_memory_utilization:g} x card",
-                        budget, engine_phases, "vLLM reserves gpu_memory_utilization x total memory at start-up"))
+                        budget, engine_phases, "vLLM reserves gpu_memory_utilization x total memory at start-up",
+                        engine_budget=True))
         if x.sleep:
             rows.append(Row("rollout engine (vLLM)", "asleep (weights on CPU, KV cache freed)", VLLM_ASLEEP_GIB,
                             ("score", "update"), "our allowance (CUDA graphs stay)"))
@@ -346,7 +348,7 @@ ZERO3_JSON = "${sa_pkg:}/conf/deepspeed/zero3.json"
 def _engine_awake_others(plan: Plan) -> float:
     """The largest phase total without the rollout engine's budget, in the phases where the engine is awake."""
     phases = ("rollout",) if plan.inputs.sleep else PHASES
-    return max(sum(r.gib for r in plan.rows if p in r.phases and not r.item.startswith("budget:")) for p in phases)
+    return max(sum(r.gib for r in plan.rows if p in r.phases and not r.engine_budget) for p in phases)
 
 
 def _best_utilization(x: PlanInputs) -> float | None:
