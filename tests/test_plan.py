@@ -217,3 +217,26 @@ def test_a6000_plans_of_docs_cluster_md():
     asleep = build_plan(inputs_from_config(compose("train_crawler_ppo", [
         *a6000, "llm.gpu_memory_utilization=0.45", _sleep_override()])))
     assert asleep.fits and asleep.inputs.sleep and asleep.peak_phase == "rollout"
+
+
+def test_sft_plans_selector_on_8_a6000_and_names_zero3_without_deepspeed():
+    """`scholar plan selector_sft`: the paper's Selector SFT (sft=pasa_7b, ZeRO-3) fits one node of 8 A6000; the
+    same without DeepSpeed (every state replicated) is refused naming zero3.json. Model states = DeepSpeed's
+    estimator."""
+    out = run_plan("selector_sft", "sft=pasa_7b", "cluster=a6000_48gb", "cluster.nodes=1")
+    assert out.returncode == 0, out.stdout + out.stderr
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+
+    qwen = model_shape(QWEN)
+    _, gpu, _ = estimate_zero3_model_states_mem_needs(qwen.params, qwen.largest_layer_params, num_gpus_per_node=8,
+                                                      num_nodes=1, cpu_offload=False, cpu_offload_params=False)
+    states = [r for r in table_rows(out.stdout) if r[3] == "DeepSpeed estimate_zero3_model_states_mem_needs"]
+    assert len(states) == 4 and sum(r[2] for r in states) == pytest.approx(gpu / GIB, abs=0.04)
+
+    from scholar_agents.plan.commands import sft_inputs_from_config, verdict
+    from scholar_agents.plan.sft_plan import build_sft_plan
+
+    cfg = compose("train_selector_sft", ["sft=pasa_7b", "cluster=a6000_48gb", "cluster.nodes=1", "sft.deepspeed=null"])
+    plan = build_sft_plan(sft_inputs_from_config(cfg))
+    ok, message = verdict(plan)
+    assert not ok and "use conf/deepspeed/zero3.json (sft.deepspeed=" in message

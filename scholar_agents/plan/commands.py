@@ -17,7 +17,9 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from scholar_agents.plan.cluster import ClusterConfig, to_cluster_config
-from scholar_agents.plan.memory_plan import DTYPE_BYTES, PHASES, Plan, PlanInputs, build_plan, suggest_fixes
+from scholar_agents.plan.memory_plan import DTYPE_BYTES, Plan, PlanInputs, build_plan, suggest_fixes
+from scholar_agents.plan.model_sizes import shown_config_path
+from scholar_agents.plan.sft_plan import SFTInputs, build_sft_plan, suggest_sft_fixes
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +100,16 @@ def inputs_from_config(cfg: DictConfig, cluster: ClusterConfig | None = None) ->
     )
 
 
-def _shown_path(path: str) -> str:
-    package = Path(__file__).resolve().parents[1]
-    return str(Path(path).resolve().relative_to(package.parent)) if Path(path).resolve().is_relative_to(package) \
-        else path
+def _ppo_header(x: PlanInputs) -> list[str]:
+    return [
+        f"# policy {x.policy.name}: {x.policy.params:,} parameters (meta-built from "
+        f"{shown_config_path(x.policy.config_dir)}/config.json)"
+        + (f"; value backbone {x.value.backbone_params:,}" if x.value else "; value head on the policy")
+        + (f"; LoRA trainable {x.lora_trainable:,}" if x.lora_trainable is not None else ""),
+        f"# sequences of <= {x.seq_len} tokens (llm.max_model_len), responses <= {x.response_len}; forward batch "
+        f"{x.forward_batch_size}, scoring batch {x.score_batch_size}; rollout engine {x.engine_backend}: "
+        f"{x.engine_sequences} sequences at once, sleep mode {'on' if x.sleep else 'off'}",
+    ]
 
 
 def format_plan(plan: Plan) -> str:
@@ -110,25 +118,20 @@ def format_plan(plan: Plan) -> str:
     stage = f"ZeRO-{x.zero_stage} ({Path(x.deepspeed).name})" if x.deepspeed else "no DeepSpeed"
     offload = ", ".join(k for k, on in (("optimizer offload", x.offload_optimizer), ("parameter offload",
                                                                                     x.offload_params)) if on)
+    ppo = isinstance(x, PlanInputs)
     lines = [
         f"# Memory plan per GPU: cluster={c.name} ({c.nodes} node{'s' if c.nodes > 1 else ''} x "
         f"{c.gpus_per_node} GPUs = {x.world}, "
         f"{c.gpu_memory_gib:g} GiB each), {stage}{', ' + offload if offload else ''}",
-        f"# policy {x.policy.name}: {x.policy.params:,} parameters (meta-built from "
-        f"{_shown_path(x.policy.config_dir)}/config.json)"
-        + (f"; value backbone {x.value.backbone_params:,}" if x.value else "; value head on the policy")
-        + (f"; LoRA trainable {x.lora_trainable:,}" if x.lora_trainable is not None else ""),
-        f"# sequences of <= {x.seq_len} tokens (llm.max_model_len), responses <= {x.response_len}; forward batch "
-        f"{x.forward_batch_size}, scoring batch {x.score_batch_size}; rollout engine {x.engine_backend}: "
-        f"{x.engine_sequences} sequences at once, sleep mode {'on' if x.sleep else 'off'}",
+        *(_ppo_header(x) if ppo else x.header_lines()),
         "",
         "| model | item | GiB per GPU | phases | source |",
         "|---|---|---:|---|---|",
     ]
     for r in plan.rows:
-        phases = "all" if r.phases == PHASES else ", ".join(r.phases)
+        phases = "all" if r.phases == plan.phases else ", ".join(r.phases)
         lines.append(f"| {r.model} | {r.item} | {r.gib:.2f} | {phases} | {r.source} |")
-    if x.engine_backend == "vllm":
+    if ppo and x.engine_backend == "vllm":
         w = x.policy.weights_bytes_16bit * x.engine_dtype_bytes // 2 / 2**30
         kv = x.engine_sequences * x.seq_len * x.policy.kv_bytes_per_token_16bit / 2**30
         lines.append(f"| (inside the engine budget) | weights {w:.2f} + KV cache {kv:.2f} "
@@ -138,7 +141,7 @@ def format_plan(plan: Plan) -> str:
     for r in plan.cpu_rows:
         lines.append(f"| {r.model} | {r.item} | ({r.gib:.1f} CPU) | | {r.source} |")
     lines.append("")
-    totals = ", ".join(f"{p} {plan.phase_total(p):.1f}" for p in PHASES)
+    totals = ", ".join(f"{p} {plan.phase_total(p):.1f}" for p in plan.phases)
     lines.append(f"Per-GPU totals (GiB): {totals}. Peak {plan.peak_gib:.1f} GiB ({plan.peak_phase}) vs "
                  f"{plan.card_gib:g} GiB card - {c.headroom_gib:g} GiB headroom = {plan.budget_gib:.1f} GiB.")
     lines.append("Estimates from the config (not measured CUDA peaks).")
@@ -149,7 +152,7 @@ def verdict(plan: Plan) -> tuple[bool, str]:
     """(fits, message). The message of a plan that does not fit names why and the fix."""
     if plan.fits:
         return True, f"FITS: peak {plan.peak_gib:.1f} of {plan.budget_gib:.1f} GiB usable per GPU."
-    fixes, fixed = suggest_fixes(plan.inputs)
+    fixes, fixed = (suggest_fixes if isinstance(plan.inputs, PlanInputs) else suggest_sft_fixes)(plan.inputs)
     lines = ["DOES NOT FIT: " + "; ".join(plan.problems) + "."]
     if fixes:
         lines.append(f"Fix (the plan then peaks at {fixed.peak_gib:.1f} GiB per GPU):")
@@ -160,21 +163,52 @@ def verdict(plan: Plan) -> tuple[bool, str]:
     return False, "\n".join(lines)
 
 
-def plan(cfg: DictConfig) -> dict:
-    """``scholar plan``: print the plan; exit 1 with the fix when it does not fit."""
+def sft_inputs_from_config(cfg: DictConfig, cluster: ClusterConfig | None = None) -> SFTInputs:
+    """The plan's inputs from a composed ``train selector_sft`` / ``train crawler_sft`` config."""
+    from scholar_agents.plan.model_sizes import lora_trainable_params, model_shape
+
+    sft = cfg.sft
+    cluster = cluster or to_cluster_config(cfg.cluster)
+    lora = _get(sft, "lora", {})
+    lora_trainable = None
+    if bool(_get(lora, "enabled", False)):
+        targets = _get(lora, "target_modules", "all-linear")
+        lora_trainable = lora_trainable_params(str(sft.model), int(_get(lora, "r", 16)), int(_get(lora, "alpha", 32)),
+                                               targets if isinstance(targets, str) else tuple(targets))
+    stage, off_opt, off_par = _deepspeed_settings(_get(sft, "deepspeed", None))
+    return SFTInputs(cluster=cluster, model=model_shape(str(sft.model)), zero_stage=stage,
+                     deepspeed=_get(sft, "deepspeed", None), offload_optimizer=off_opt, offload_params=off_par,
+                     model_dtype_bytes=DTYPE_BYTES.get(str(_get(sft, "model_dtype", "auto")), 2),
+                     lora_trainable=lora_trainable,
+                     gradient_checkpointing=bool(_get(sft, "gradient_checkpointing", False)),
+                     attn_implementation=str(_get(sft, "attn_implementation", "sdpa")),
+                     batch=int(_get(sft, "per_device_train_batch_size", 4)), seq_len=int(_get(sft, "max_length", 1024)))
+
+
+def _print_and_judge(cfg: DictConfig, build) -> dict:
     cluster = to_cluster_config(cfg.cluster)
     if not cluster.has_gpus:
         print(f"cluster={cluster.name} has no GPUs: nothing to plan. Plan for GPUs with e.g. cluster=h100_80gb "
               f"(conf/cluster/).")
         return {"fits": True, "cluster": cluster.name}
-    p = build_plan(inputs_from_config(cfg, cluster))
+    p = build(cluster)
     print(format_plan(p))
     ok, message = verdict(p)
     if not ok:
         raise SystemExit(message)
     print(message)
     return {"fits": True, "cluster": cluster.name, "peak_gib": p.peak_gib,
-            "phases": {ph: p.phase_total(ph) for ph in PHASES}}
+            "phases": {ph: p.phase_total(ph) for ph in p.phases}}
+
+
+def plan(cfg: DictConfig) -> dict:
+    """``scholar plan [crawler_ppo]``: print the PPO plan; exit 1 with the fix when it does not fit."""
+    return _print_and_judge(cfg, lambda cluster: build_plan(inputs_from_config(cfg, cluster)))
+
+
+def plan_sft(cfg: DictConfig) -> dict:
+    """``scholar plan selector_sft`` / ``crawler_sft``: the same for supervised fine-tuning."""
+    return _print_and_judge(cfg, lambda cluster: build_sft_plan(sft_inputs_from_config(cfg, cluster)))
 
 
 def _cluster_for_startup(cfg: DictConfig) -> ClusterConfig | None:

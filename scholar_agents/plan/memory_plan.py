@@ -89,10 +89,11 @@ class Row:
 
 @dataclass
 class Plan:
-    inputs: PlanInputs
+    inputs: PlanInputs  # or sft_plan.SFTInputs: anything with a .cluster
     rows: list[Row]
     cpu_rows: list[Row]
     problems: list[str] = field(default_factory=list)  # why it does not fit (empty = fits)
+    phases: tuple[str, ...] = PHASES
 
     @property
     def card_gib(self) -> float:
@@ -107,7 +108,7 @@ class Plan:
 
     @property
     def peak_phase(self) -> str:
-        return max(PHASES, key=self.phase_total)
+        return max(self.phases, key=self.phase_total)
 
     @property
     def peak_gib(self) -> float:

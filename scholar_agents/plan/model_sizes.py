@@ -58,6 +58,13 @@ def config_dir_for(model: str) -> Path:
         f"fine-tuned from it), or add its config.json under {MODEL_CONFIGS_DIR}/<name>/ and to SHIPPED_CONFIGS")
 
 
+def shown_config_path(path: str) -> str:
+    """A shipped config's path relative to the repository (what tables in the docs show), others as given."""
+    package = Path(__file__).resolve().parents[1]
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(package.parent)) if resolved.is_relative_to(package) else path
+
+
 def _count(module) -> int:
     """Parameters counted once per tensor object (tied embeddings once). DeepSpeed's ``model_to_params`` dedupes by
     ``data_ptr()``, which is 0 for every meta tensor, so it cannot count a meta model's total."""
