@@ -240,3 +240,28 @@ def test_sft_plans_selector_on_8_a6000_and_names_zero3_without_deepspeed():
     plan = build_sft_plan(sft_inputs_from_config(cfg))
     ok, message = verdict(plan)
     assert not ok and "use conf/deepspeed/zero3.json (sft.deepspeed=" in message
+
+
+@pytest.mark.parametrize("overrides,fits,peak", [
+    (["cluster=h100_80gb", "cluster.nodes=1"], True, 25.4),
+    (["cluster=a6000_48gb", "cluster.nodes=1", "sft.deepspeed=${sa_pkg:}/conf/deepspeed/zero2.json"], True, 37.6),
+    (["cluster=a6000_48gb", "cluster.nodes=1", "cluster.gpus_per_node=1", "sft.lora.enabled=true",
+      "sft.deepspeed=null"], True, 21.9),
+])
+def test_sft_rows_of_docs_cluster_md(overrides, fits, peak):
+    from scholar_agents.plan.commands import sft_inputs_from_config
+    from scholar_agents.plan.sft_plan import build_sft_plan
+
+    plan = build_sft_plan(sft_inputs_from_config(compose("train_selector_sft", ["sft=pasa_7b", *overrides])))
+    assert plan.fits == fits and round(plan.peak_gib, 1) == peak
+
+
+def test_startup_check_plans_for_the_world_size_the_launcher_started(monkeypatch):
+    """cluster=h100_80gb says 16 GPUs; a launch on 1 node x 8 is checked for 8: ZeRO-3 shards over half as many
+    GPUs, and the engine size that fits 16 (test above) no longer does."""
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    with pytest.raises(SystemExit, match=r"1 node x 8 GPUs = 8(.|\n)*lower llm.gpu_memory_utilization to 0.3"):
+        startup_check(compose("train_crawler_ppo", [*PAPER, ZERO3, "llm.gpu_memory_utilization=0.5"]))
+    plan = startup_check(compose("train_crawler_ppo", [*PAPER, ZERO3, "llm.gpu_memory_utilization=0.3"]))
+    assert plan.fits and plan.inputs.world == 8 and plan.inputs.cluster.nodes == 1

@@ -212,17 +212,26 @@ def plan_sft(cfg: DictConfig) -> dict:
 
 
 def _cluster_for_startup(cfg: DictConfig) -> ClusterConfig | None:
-    """The configured cluster, or on a CUDA machine with cluster=cpu the one we run on (WORLD_SIZE GPUs of this
-    card); None where there is nothing to check (no GPUs anywhere)."""
+    """The hardware this run checks against: the configured cluster with the world size the launcher actually
+    started (WORLD_SIZE / LOCAL_WORLD_SIZE, when they disagree with it), or on a CUDA machine with cluster=cpu this
+    card; None where there is nothing to check (no GPUs anywhere)."""
+    import dataclasses
+
     cluster = to_cluster_config(cfg.cluster)
+    world = int(os.environ.get("WORLD_SIZE", "0"))
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
     if cluster.has_gpus:
+        if world and local and world != cluster.world_size:
+            log.warning("cluster=%s says %d GPUs, the launcher started %d processes: checking memory for %d",
+                        cluster.name, cluster.world_size, world, world)
+            return dataclasses.replace(cluster, nodes=max(1, world // local), gpus_per_node=local)
         return cluster
     import torch
 
     if not torch.cuda.is_available():
         return None
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", str(min(world, torch.cuda.device_count()))))
+    world = world or 1
+    local = local or min(world, torch.cuda.device_count())
     return ClusterConfig(name=f"this machine ({torch.cuda.get_device_name(0)})", nodes=max(1, world // max(local, 1)),
                          gpus_per_node=max(local, 1),
                          gpu_memory_gib=torch.cuda.get_device_properties(0).total_memory / 2**30,
