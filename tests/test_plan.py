@@ -265,3 +265,14 @@ def test_startup_check_plans_for_the_world_size_the_launcher_started(monkeypatch
         startup_check(compose("train_crawler_ppo", [*PAPER, ZERO3, "llm.gpu_memory_utilization=0.5"]))
     plan = startup_check(compose("train_crawler_ppo", [*PAPER, ZERO3, "llm.gpu_memory_utilization=0.3"]))
     assert plan.fits and plan.inputs.world == 8 and plan.inputs.cluster.nodes == 1
+
+
+def test_scholar_plan_defaults_to_crawler_ppo():
+    from scholar_agents.cli import resolve
+
+    assert resolve(["plan", "ppo=pasa_paper", "cluster=h100_80gb"]) == (("plan", "crawler_ppo"),
+                                                                         ["ppo=pasa_paper", "cluster=h100_80gb"])
+    assert resolve(["plan"]) == (("plan", "crawler_ppo"), [])
+    assert resolve(["plan", "selector_sft", "sft=pasa_7b"]) == (("plan", "selector_sft"), ["sft=pasa_7b"])
+    with pytest.raises(SystemExit, match="takes one of"):
+        resolve(["plan", "nonsense"])

@@ -257,7 +257,8 @@ def build_plan(x: PlanInputs) -> Plan:
             problems.append(f"CPU offload needs {_gib(cpu):.0f} GiB RAM per node, the nodes have "
                             f"{x.cluster.cpu_memory_gib:.0f} GiB (cluster.cpu_memory_gib)")
 
-    # ---- the frozen reference π_sft
+    # ---- the frozen reference π_sft. Under ZeRO-3 we assume it is partitioned like the trained models (a ZeRO-3
+    # inference engine gathering one layer at a time for the scoring forward); replicated otherwise.
     if x.ref is not None:
         full = x.ref.weights_bytes_16bit * x.model_dtype_bytes // 2
         if stage == 3:
@@ -330,17 +331,16 @@ def build_plan(x: PlanInputs) -> Plan:
                     "hand: s·b·(8h + 6I) + 10 B per kept logit"))
 
     plan = Plan(x, rows, cpu_rows)
-    for phase in PHASES:
-        total = plan.phase_total(phase)
-        if total > plan.budget_gib:
-            problems.insert(0, f"the {phase} phase needs {total:.1f} GiB per GPU, more than the card's "
-                               f"{plan.card_gib:g} GiB minus {x.cluster.headroom_gib:g} GiB headroom")
-    plan.problems = problems
+    over = [f"the {phase} phase needs {plan.phase_total(phase):.1f} GiB per GPU, more than the card's "
+            f"{plan.card_gib:g} GiB minus {x.cluster.headroom_gib:g} GiB headroom"
+            for phase in PHASES if plan.phase_total(phase) > plan.budget_gib]
+    plan.problems = over + problems
     return plan
 
 
 # --------------------------------------------------------------------------------------------------------------
-# fixes: each candidate is tried on the inputs; the ones that help are applied in order until the plan fits
+# fixes: the smallest set of candidate changes after which the plan fits (the engine's utilization re-tuned each
+# time), more nodes only when no set suffices
 
 
 ZERO3_JSON = "${sa_pkg:}/conf/deepspeed/zero3.json"
