@@ -34,14 +34,21 @@ COMMANDS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("train", "export"): ("scholar_agents.train.export:train_export", "train_export", "merge LoRA, write an HF safetensors dir + tokenizer/chat template/generation config/model card, check it loads (optional hub push)"),
     ("train", "crawler_ppo"): ("scholar_agents.train.crawler_ppo:crawler_ppo", "train_crawler_ppo", "session-level PPO for the PaSa Crawler with the Selector as auxiliary reward (Eqs. 1-8, resumable, torchrun)"),
     ("eval", "pasa"): ("scholar_agents.eval.pasa:pasa", "eval_pasa", "PaSa crawler recall / precision / recall@k vs search-only and paraphrase baselines, ablations"),
+    ("plan", "crawler_ppo"): ("scholar_agents.plan.commands:plan", "plan", "per-GPU memory plan of `train crawler_ppo` with the same overrides (cluster=<name>); exits 1 naming the fix if it does not fit"),
+    ("plan", "selector_sft"): ("scholar_agents.plan.commands:plan_sft", "plan_selector_sft", "per-GPU memory plan of `train selector_sft` with the same overrides (cluster=<name>); exits 1 naming the fix"),
+    ("plan", "crawler_sft"): ("scholar_agents.plan.commands:plan_sft", "plan_crawler_sft", "per-GPU memory plan of `train crawler_sft` with the same overrides (cluster=<name>); exits 1 naming the fix"),
     ("demo", "run"): ("scholar_agents.demo:run", "demo", "the main job end to end on the embedded defaults"),
 }
+
+# `scholar <group> <overrides>` for a group with several commands: `scholar plan ppo=...` plans crawler PPO
+DEFAULT_COMMAND = {"plan": "crawler_ppo"}
 
 
 def usage() -> str:
     lines = ["usage: scholar <group> <command> [hydra overrides ...]", "", "commands:"]
     for (group, command), (_, _, desc) in sorted(COMMANDS.items()):
         lines.append(f"  {group + ' ' + command:32s} {desc}")
+    lines += [f"  (`scholar {g} <overrides>` = `scholar {g} {c} <overrides>`)" for g, c in DEFAULT_COMMAND.items()]
     lines += ["", "Each command is a Hydra app: `scholar <group> <command> --help` shows its config,",
               "`key=value` overrides it, `-m key=a,b` sweeps it."]
     return "\n".join(lines)
@@ -59,6 +66,8 @@ def resolve(argv: list[str]) -> tuple[tuple[str, str], list[str]]:
         return (group, argv[1]), argv[2:]
     if len(commands) == 1:  # `scholar demo` == `scholar demo run`
         return (group, commands[0]), argv[1:]
+    if group in DEFAULT_COMMAND and (len(argv) == 1 or "=" in argv[1] or argv[1].startswith("-")):
+        return (group, DEFAULT_COMMAND[group]), argv[1:]
     got = argv[1] if len(argv) > 1 else "nothing"
     raise SystemExit(f"`scholar {group}` takes one of: {', '.join(commands)} (got {got})\n\n{usage()}")
 

@@ -11,6 +11,7 @@ from scholar_agents.llm.config import EmbedderConfig, LLMConfig
 from scholar_agents.pasa.crawler import CrawlerPreset
 from scholar_agents.papers.corpus import PapersConfig
 from scholar_agents.papers.index import SearchConfig
+from scholar_agents.plan.cluster import ClusterConfig
 from scholar_agents.pasa.selector import SelectorConfig
 from scholar_agents.scipip.config import SciPIPConfig
 from scholar_agents.thought.config import ThoughtConfig
@@ -34,4 +35,5 @@ SCHEMAS = [
     ("data_gen", "base_selector_pairs", SelectorPairsConfig),
     ("crawler", "base_crawler", CrawlerPreset),
     ("ppo", "base_ppo", PPOConfig),
+    ("cluster", "base_cluster", ClusterConfig),
 ]

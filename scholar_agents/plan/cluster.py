@@ -1,0 +1,46 @@
+"""The hardware a run is planned for: ``conf/cluster/*.yaml`` (schema ``base_cluster``), read by ``scholar plan`` and by
+the start-up memory check of ``train crawler_ppo``. Free of heavy imports: every root config composes it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class ClusterConfig:
+    name: str = "cpu"
+    nodes: int = 1
+    gpus_per_node: int = 0  # 0 = no GPUs (the laptop/CI machine): nothing to plan
+    gpu_memory_gib: float = 0.0  # what the driver reports as total memory (torch.cuda.get_device_properties)
+    cpu_memory_gib: float = 0.0  # RAM per node: bounds ZeRO CPU offload (DeepSpeed's estimators give it per node)
+    # Kept free on every GPU: CUDA context (~0.5–1 GiB per process), NCCL buffers, allocator fragmentation.
+    headroom_gib: float = 5.0
+    # `train crawler_ppo` refuses to start a plan that does not fit these GPUs (false: start anyway).
+    memory_check: bool = True
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise ValueError(f"cluster.nodes must be >= 1, got {self.nodes}")
+        if self.gpus_per_node < 0:
+            raise ValueError(f"cluster.gpus_per_node must be >= 0, got {self.gpus_per_node}")
+        if self.gpus_per_node > 0 and self.gpu_memory_gib <= 0:
+            raise ValueError(f"cluster {self.name!r} has {self.gpus_per_node} GPUs per node: set "
+                             f"cluster.gpu_memory_gib (total memory of one card in GiB, e.g. 79.6 for an H100 80GB)")
+        if self.headroom_gib < 0 or self.cpu_memory_gib < 0:
+            raise ValueError("cluster.headroom_gib and cluster.cpu_memory_gib must be >= 0")
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def has_gpus(self) -> bool:
+        return self.gpus_per_node > 0
+
+
+def to_cluster_config(node) -> ClusterConfig:
+    from omegaconf import OmegaConf
+
+    if isinstance(node, ClusterConfig):
+        return node
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ClusterConfig), node))

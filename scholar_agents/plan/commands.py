@@ -1,0 +1,259 @@
+"""``scholar plan <the run's overrides>``: the per-GPU memory plan of ``train crawler_ppo`` on ``cluster=<name>``,
+composed from the very config the run composes (root ``conf/plan.yaml`` = ``train_crawler_ppo.yaml``). Prints a
+table and exits non-zero, naming the fix, when the plan does not fit. ``train crawler_ppo`` runs the same check at
+start-up (:func:`startup_check`; ``cluster.memory_check=false`` turns it off).
+
+Config fields read defensively (absent = the default in brackets): ``ppo.rollout_sleep`` / ``llm.enable_sleep_mode``
+[false], ``llm.max_num_seqs`` [256], ``crawler.policy.batch_sessions`` [32], ``selector_llm.*``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from scholar_agents.plan.cluster import ClusterConfig, to_cluster_config
+from scholar_agents.plan.memory_plan import DTYPE_BYTES, Plan, PlanInputs, build_plan, suggest_fixes
+from scholar_agents.plan.model_sizes import shown_config_path
+from scholar_agents.plan.sft_plan import SFTInputs, build_sft_plan, suggest_sft_fixes
+
+log = logging.getLogger(__name__)
+
+
+def _get(node, key: str, default):
+    value = node.get(key, default) if node is not None else default
+    return default if value is None else value
+
+
+def _deepspeed_settings(path: str | None) -> tuple[int, bool, bool]:
+    """(ZeRO stage, optimizer offloaded, parameters offloaded) from the DeepSpeed JSON; (0, False, False) without."""
+    if not path:
+        return 0, False, False
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"ppo.deepspeed={path} does not exist: pass a DeepSpeed JSON, e.g. "
+                                f"ppo.deepspeed=${{sa_pkg:}}/conf/deepspeed/zero3.json")
+    zero = json.loads(p.read_text()).get("zero_optimization", {})
+    offloaded = lambda key: str((zero.get(key) or {}).get("device", "none")).lower() in ("cpu", "nvme")  # noqa: E731
+    return int(zero.get("stage", 0)), offloaded("offload_optimizer"), offloaded("offload_param")
+
+
+def inputs_from_config(cfg: DictConfig, cluster: ClusterConfig | None = None) -> PlanInputs:
+    """The plan's inputs from a composed ``train crawler_ppo`` config (models built on the meta device)."""
+    from scholar_agents.plan.model_sizes import lora_trainable_params, model_shape
+
+    ppo, llm = cfg.ppo, cfg.llm
+    cluster = cluster or to_cluster_config(cfg.cluster)
+    policy = model_shape(str(ppo.policy_model))
+    lora = _get(ppo, "lora", {})
+    lora_on = bool(_get(lora, "enabled", False))
+    ref_name = _get(ppo, "ref_model", None)
+    ref = None if (lora_on and not ref_name) else model_shape(str(ref_name or ppo.policy_model))
+    value = None
+    if _get(ppo, "value_head", "separate") == "separate":
+        value = model_shape(str(_get(ppo, "value_model", None) or ppo.policy_model))
+    lora_trainable = None
+    if lora_on:
+        targets = _get(lora, "target_modules", "all-linear")
+        targets = targets if isinstance(targets, str) else tuple(targets)
+        lora_trainable = lora_trainable_params(str(ppo.policy_model), int(_get(lora, "r", 16)),
+                                               int(_get(lora, "alpha", 32)), targets)
+    stage, off_opt, off_par = _deepspeed_settings(_get(ppo, "deepspeed", None))
+
+    # sequences the engine generates at once: the widest rollout round (PaSa App. A.2: queries_per_step search
+    # sessions, then expand_sessions[i] per round), at most crawler.policy.batch_sessions and llm.max_num_seqs
+    rounds = [int(_get(ppo, "queries_per_step", 4))] + [int(n) for n in _get(ppo, "expand_sessions", [6, 6])]
+    batch_sessions = int(_get(cfg.crawler.get("policy") if "crawler" in cfg else None, "batch_sessions", 32))
+    max_num_seqs = int(_get(llm, "max_num_seqs", 256))
+    sequences = min(max(rounds), batch_sessions, max_num_seqs)
+    response = _get(ppo, "max_new_tokens", None) or _get(cfg.crawler.get("policy") if "crawler" in cfg else None,
+                                                          "max_new_tokens", 512)
+    sleep = bool(_get(ppo, "rollout_sleep", False)) or bool(_get(llm, "enable_sleep_mode", False))
+
+    selector, selector_backend = None, "none"
+    sel = cfg.get("selector_llm")
+    if bool(_get(ppo, "use_selector", True)) and sel is not None and _get(sel, "backend", "hf") in ("hf", "vllm"):
+        selector, selector_backend = model_shape(str(sel.model)), str(sel.backend)
+
+    return PlanInputs(
+        cluster=cluster, policy=policy, value=value, ref=ref, zero_stage=stage, deepspeed=_get(ppo, "deepspeed", None),
+        offload_optimizer=off_opt, offload_params=off_par,
+        model_dtype_bytes=DTYPE_BYTES.get(str(_get(ppo, "model_dtype", "bfloat16")), 4),
+        lora_trainable=lora_trainable, gradient_checkpointing=bool(_get(ppo, "gradient_checkpointing", False)),
+        attn_implementation=str(_get(ppo, "attn_implementation", "sdpa")),
+        forward_batch_size=int(_get(ppo, "forward_batch_size", 1)),
+        score_batch_size=int(_get(ppo, "score_batch_size", 4)),
+        seq_len=int(_get(llm, "max_model_len", 4096)), response_len=int(response),
+        engine_backend="vllm" if _get(llm, "backend", "hf") == "vllm" else "hf",
+        engine_dtype_bytes=DTYPE_BYTES.get(str(_get(llm, "dtype", "auto")), 2),
+        gpu_memory_utilization=float(_get(llm, "gpu_memory_utilization", 0.85)),
+        engine_sequences=sequences, sleep=sleep,
+        selector=selector, selector_backend=selector_backend,
+        selector_dtype_bytes=DTYPE_BYTES.get(str(_get(sel, "dtype", "auto")), 2) if sel is not None else 2,
+        selector_gpu_memory_utilization=float(_get(sel, "gpu_memory_utilization", 0.85)) if sel is not None else 0.0,
+        selector_batch_size=int(_get(sel, "batch_size", 16)) if sel is not None else 16,
+        selector_seq_len=int(_get(sel, "max_model_len", 4096)) if sel is not None else 4096,
+    )
+
+
+def _ppo_header(x: PlanInputs) -> list[str]:
+    return [
+        f"# policy {x.policy.name}: {x.policy.params:,} parameters (meta-built from "
+        f"{shown_config_path(x.policy.config_dir)}/config.json)"
+        + (f"; value backbone {x.value.backbone_params:,}" if x.value else "; value head on the policy")
+        + (f"; LoRA trainable {x.lora_trainable:,}" if x.lora_trainable is not None else ""),
+        f"# sequences of <= {x.seq_len} tokens (llm.max_model_len), responses <= {x.response_len}; forward batch "
+        f"{x.forward_batch_size}, scoring batch {x.score_batch_size}; rollout engine {x.engine_backend}: "
+        f"{x.engine_sequences} sequences at once, sleep mode {'on' if x.sleep else 'off'}",
+    ]
+
+
+def format_plan(plan: Plan) -> str:
+    x = plan.inputs
+    c = x.cluster
+    stage = f"ZeRO-{x.zero_stage} ({Path(x.deepspeed).name})" if x.deepspeed else "no DeepSpeed"
+    offload = ", ".join(k for k, on in (("optimizer offload", x.offload_optimizer), ("parameter offload",
+                                                                                    x.offload_params)) if on)
+    ppo = isinstance(x, PlanInputs)
+    lines = [
+        f"# Memory plan per GPU: cluster={c.name} ({c.nodes} node{'s' if c.nodes > 1 else ''} x "
+        f"{c.gpus_per_node} GPUs = {x.world}, "
+        f"{c.gpu_memory_gib:g} GiB each), {stage}{', ' + offload if offload else ''}",
+        *(_ppo_header(x) if ppo else x.header_lines()),
+        "",
+        "| model | item | GiB per GPU | phases | source |",
+        "|---|---|---:|---|---|",
+    ]
+    for r in plan.rows:
+        phases = "all" if r.phases == plan.phases else ", ".join(r.phases)
+        lines.append(f"| {r.model} | {r.item} | {r.gib:.2f} | {phases} | {r.source} |")
+    if ppo and x.engine_backend == "vllm":
+        w = x.policy.weights_bytes_16bit * x.engine_dtype_bytes // 2 / 2**30
+        kv = x.engine_sequences * x.seq_len * x.policy.kv_bytes_per_token_16bit / 2**30
+        lines.append(f"| (inside the engine budget) | weights {w:.2f} + KV cache {kv:.2f} "
+                     f"({x.engine_sequences} x {x.seq_len} tokens x {x.policy.kv_bytes_per_token_16bit} B) | "
+                     f"({w + kv:.2f}) | | accelerate calculate_maximum_sizes; hand: 2 x layers x kv_heads x "
+                     f"head_dim x 2 B per token |")
+    for r in plan.cpu_rows:
+        lines.append(f"| {r.model} | {r.item} | ({r.gib:.1f} CPU) | | {r.source} |")
+    lines.append("")
+    totals = ", ".join(f"{p} {plan.phase_total(p):.1f}" for p in plan.phases)
+    lines.append(f"Per-GPU totals (GiB): {totals}. Peak {plan.peak_gib:.1f} GiB ({plan.peak_phase}) vs "
+                 f"{plan.card_gib:g} GiB card - {c.headroom_gib:g} GiB headroom = {plan.budget_gib:.1f} GiB.")
+    lines.append("Estimates from the config (not measured CUDA peaks).")
+    return "\n".join(lines)
+
+
+def verdict(plan: Plan) -> tuple[bool, str]:
+    """(fits, message). The message of a plan that does not fit names why and the fix."""
+    if plan.fits:
+        return True, f"FITS: peak {plan.peak_gib:.1f} of {plan.budget_gib:.1f} GiB usable per GPU."
+    fixes, fixed = (suggest_fixes if isinstance(plan.inputs, PlanInputs) else suggest_sft_fixes)(plan.inputs)
+    lines = ["DOES NOT FIT: " + "; ".join(plan.problems) + "."]
+    if fixes:
+        lines.append(f"Fix (the plan then peaks at {fixed.peak_gib:.1f} GiB per GPU):")
+        lines += [f"  - {f}" for f in fixes]
+    else:
+        lines.append("Fix: no single config change found; use more or larger GPUs, LoRA (ppo.lora.enabled=true) or "
+                     "ZeRO CPU offload (offload_optimizer in the DeepSpeed JSON).")
+    return False, "\n".join(lines)
+
+
+def sft_inputs_from_config(cfg: DictConfig, cluster: ClusterConfig | None = None) -> SFTInputs:
+    """The plan's inputs from a composed ``train selector_sft`` / ``train crawler_sft`` config."""
+    from scholar_agents.plan.model_sizes import lora_trainable_params, model_shape
+
+    sft = cfg.sft
+    cluster = cluster or to_cluster_config(cfg.cluster)
+    lora = _get(sft, "lora", {})
+    lora_trainable = None
+    if bool(_get(lora, "enabled", False)):
+        targets = _get(lora, "target_modules", "all-linear")
+        lora_trainable = lora_trainable_params(str(sft.model), int(_get(lora, "r", 16)), int(_get(lora, "alpha", 32)),
+                                               targets if isinstance(targets, str) else tuple(targets))
+    stage, off_opt, off_par = _deepspeed_settings(_get(sft, "deepspeed", None))
+    return SFTInputs(cluster=cluster, model=model_shape(str(sft.model)), zero_stage=stage,
+                     deepspeed=_get(sft, "deepspeed", None), offload_optimizer=off_opt, offload_params=off_par,
+                     model_dtype_bytes=DTYPE_BYTES.get(str(_get(sft, "model_dtype", "auto")), 2),
+                     lora_trainable=lora_trainable,
+                     gradient_checkpointing=bool(_get(sft, "gradient_checkpointing", False)),
+                     attn_implementation=str(_get(sft, "attn_implementation", "sdpa")),
+                     batch=int(_get(sft, "per_device_train_batch_size", 4)), seq_len=int(_get(sft, "max_length", 1024)))
+
+
+def _print_and_judge(cfg: DictConfig, build) -> dict:
+    cluster = to_cluster_config(cfg.cluster)
+    if not cluster.has_gpus:
+        print(f"cluster={cluster.name} has no GPUs: nothing to plan. Plan for GPUs with e.g. cluster=h100_80gb "
+              f"(conf/cluster/).")
+        return {"fits": True, "cluster": cluster.name}
+    p = build(cluster)
+    print(format_plan(p))
+    ok, message = verdict(p)
+    if not ok:
+        raise SystemExit(message)
+    print(message)
+    return {"fits": True, "cluster": cluster.name, "peak_gib": p.peak_gib,
+            "phases": {ph: p.phase_total(ph) for ph in p.phases}}
+
+
+def plan(cfg: DictConfig) -> dict:
+    """``scholar plan [crawler_ppo]``: print the PPO plan; exit 1 with the fix when it does not fit."""
+    return _print_and_judge(cfg, lambda cluster: build_plan(inputs_from_config(cfg, cluster)))
+
+
+def plan_sft(cfg: DictConfig) -> dict:
+    """``scholar plan selector_sft`` / ``crawler_sft``: the same for supervised fine-tuning."""
+    return _print_and_judge(cfg, lambda cluster: build_sft_plan(sft_inputs_from_config(cfg, cluster)))
+
+
+def _cluster_for_startup(cfg: DictConfig) -> ClusterConfig | None:
+    """The hardware this run checks against: the configured cluster with the world size the launcher actually
+    started (WORLD_SIZE / LOCAL_WORLD_SIZE, when they disagree with it), or on a CUDA machine with cluster=cpu this
+    card; None where there is nothing to check (no GPUs anywhere)."""
+    import dataclasses
+
+    cluster = to_cluster_config(cfg.cluster)
+    world = int(os.environ.get("WORLD_SIZE", "0"))
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
+    if cluster.has_gpus:
+        if world and local and world != cluster.world_size:
+            log.warning("cluster=%s says %d GPUs, the launcher started %d processes: checking memory for %d",
+                        cluster.name, cluster.world_size, world, world)
+            return dataclasses.replace(cluster, nodes=max(1, world // local), gpus_per_node=local)
+        return cluster
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    world = world or 1
+    local = local or min(world, torch.cuda.device_count())
+    return ClusterConfig(name=f"this machine ({torch.cuda.get_device_name(0)})", nodes=max(1, world // max(local, 1)),
+                         gpus_per_node=max(local, 1),
+                         gpu_memory_gib=torch.cuda.get_device_properties(0).total_memory / 2**30,
+                         headroom_gib=cluster.headroom_gib, memory_check=cluster.memory_check)
+
+
+def startup_check(cfg: DictConfig) -> Plan | None:
+    """``train crawler_ppo`` calls this before building anything: refuse (SystemExit naming the fix) a plan that does
+    not fit the GPUs. Skipped, with one log line, without GPUs or with ``cluster.memory_check=false``."""
+    cluster = to_cluster_config(cfg.cluster)
+    if not cluster.memory_check:
+        log.info("memory check skipped (cluster.memory_check=false)")
+        return None
+    target = _cluster_for_startup(cfg)
+    if target is None:
+        log.info("memory check skipped: cluster=%s has no GPUs and CUDA is not available", cluster.name)
+        return None
+    p = build_plan(inputs_from_config(cfg, target))
+    ok, message = verdict(p)
+    if not ok:
+        raise SystemExit(f"{format_plan(p)}\n\n{message}\n(`scholar plan <the same overrides>` prints this plan; "
+                         f"cluster.memory_check=false starts anyway.)")
+    log.info("memory check: %s", message)
+    return p
+
