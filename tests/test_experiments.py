@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -245,7 +246,7 @@ def _job_env(nodes: int, job_name: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCHOLAR_"))}
     env |= CLUSTER_ENV
     env.pop("SCHOLAR_SELECTOR_URL")
-    env |= {"SCHOLAR_DRY_RUN": "1", "SCHOLAR_REPO": str(REPO), "SCHOLAR_VENV": "/nonexistent",
+    env |= {"SCHOLAR_DRY_RUN": "1", "SCHOLAR_REPO": str(REPO), "SCHOLAR_VENV": sys.prefix,  # this venv
             "PYTHONPATH": str(REPO), "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": job_name, "SLURM_NNODES": str(nodes),
             "SLURM_JOB_NODELIST": f"gpu[01-{nodes:02d}]", "SLURM_CPUS_PER_TASK": "96", "SLURM_GPUS_ON_NODE": "8",
             "SLURM_SUBMIT_DIR": str(REPO), "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7", **extra}
@@ -269,7 +270,7 @@ def _render(template: str, args: list[str], env: dict[str, str]) -> subprocess.C
     ("crawler_sft", ["experiment=pasa_crawler_sft", "sft.train_file=/cluster/sessions.jsonl"], 1,
      ["/cluster/sessions.jsonl", "ZeRO stage         3"]),
     ("pasa_eval", ["experiment=pasa_eval"], 1,
-     ["bytedance-research/pasa-7b-crawler", "data parallel 4", "CUDA_VISIBLE_DEVICES=4,5,6,7"]),
+     ["bytedance-research/pasa-7b-crawler", "data parallel 4", "Selector server on GPUs 4,5,6,7, the step on GPUs 0,1,2,3"]),
     ("vllm_node", ["eval", "academiceval", "experiment=thought_academiceval"], 1,
      ["Mixtral-8x7B", "tensor parallel 2 x data parallel 4 = 8 GPUs"]),
     ("vllm_node", ["scipip", "ideas", "experiment=scipip_7b"], 1, ["data parallel 8", "/cluster/scipip/bg.jsonl"]),
@@ -291,7 +292,8 @@ def test_sbatch_dry_run_shows_srun_cpus_and_the_experiment(slurm_cluster, templa
         assert f"srun --nodes={train_nodes} --ntasks={train_nodes}" in step and "torchrun" in step
         assert f"--nnodes={train_nodes} --nproc-per-node=8" in step and "--rdzv-endpoint=gpu01:" in step
     if template in {"crawler_ppo", "pasa_eval"}:  # the Selector server starts before the step
-        assert "vllm.entrypoints.openai.api_server" in runs[0] and len(runs) == 2
+        assert "vllm.entrypoints.openai.api_server" in runs[0] and len(runs) == 3
+        assert runs[1].startswith("[dry-run] wait for http://") and "/v1/models" in runs[1]
     for value in expect:
         assert value in text, f"{value!r} not in the dry run of {template}:\n{text}"
 
