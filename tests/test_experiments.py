@@ -159,7 +159,8 @@ DOC_FILES = [REPO / "README.md", REPO / "docs" / "cluster.md", *sorted((REPO / "
 TEMPLATE_COMMANDS = {"crawler_ppo": "train crawler_ppo", "selector_sft": "train selector_sft",
                      "crawler_sft": "train crawler_sft", "pasa_eval": "eval pasa", "thought_vllm": "thought run",
                      "probe": "slurm probe", "vllm_node": None}  # vllm_node: the command is its first two words
-_CMD = re.compile(r"(?:\bscholar ([a-z_]+) ([a-z_]+)|slurm/([a-z_]+)\.sbatch)((?: [^;&|`#]*)?)")
+_CMD = re.compile(r"(?:(?:\bscholar|-m scholar_agents(?:\.cli)?) ([a-z_]+) ([a-z_]+)|slurm/([a-z_]+)\.sbatch)"
+                  r"((?: [^;&|`#]*)?)")
 
 
 def documented_commands() -> list[tuple[str, str, list[str]]]:
