@@ -354,3 +354,22 @@ def test_selector_server_starts_answers_and_stops(smollm2_dir, tmp_path):
     pid = int((run_dir / "selector_server.pid").read_text())
     with pytest.raises(ProcessLookupError):  # no process of the server's group is left
         os.killpg(pid, 0)
+
+
+@pytest.mark.slurm
+def test_sbatch_dry_run_in_a_real_allocation(slurm_cluster, tmp_path):
+    """The same dry run submitted to the local cluster: the SLURM_* variables, scontrol and the allocation's
+    --cpus-per-task are Slurm's own (the GPU request is overridden: the local node has no GPUs)."""
+    env = slurm_cluster.env(SCHOLAR_DRY_RUN="1", SCHOLAR_REPO=str(REPO), SCHOLAR_VENV=sys.prefix,
+                            PYTHONPATH=str(REPO), SCHOLAR_OUTPUTS=str(tmp_path / "outputs"), **CLUSTER_ENV)
+    log = tmp_path / "dry.out"
+    out = subprocess.run(["sbatch", "--wait", f"--partition={slurm_cluster.partition}", "--gpus-per-node=0",
+                          "--cpus-per-task=2", "--mem=1G", "--time=00:05:00", f"--output={log}",
+                          str(REPO / "slurm" / "selector_sft.sbatch"), "experiment=pasa_selector_sft"],
+                         capture_output=True, text=True, env=env, timeout=180)
+    text = log.read_text()
+    assert out.returncode == 0, out.stderr + text
+    srun = next(line for line in text.splitlines() if line.startswith("[dry-run] srun "))
+    assert "--cpus-per-task=2" in srun and "--rdzv-endpoint=localhost:" in srun
+    assert "experiment=pasa_selector_sft" in srun and "ZeRO stage         3" in text
+    assert "/cluster/pasa-dataset/sft_selector/train.jsonl" in text
