@@ -158,6 +158,7 @@ start_selector_server() {
         keep="$(IFS=,; echo "${gpus[*]:0:${#gpus[@]}-$n}")"
         serve=(env CUDA_VISIBLE_DEVICES="$mine" "${serve[@]}" --data-parallel-size "$n")
         export CUDA_VISIBLE_DEVICES="$keep"
+        export SCHOLAR_STEP_GPUS=$(( ${#gpus[@]} - n ))   # what the step's own engine may spread over
         echo "[job_env] GPU split on $host: Selector server on GPUs $mine, the step on GPUs $keep" >&2
     fi
     export SCHOLAR_SELECTOR_URL="http://$host:$port/v1"

@@ -299,6 +299,16 @@ def test_sbatch_dry_run_shows_srun_cpus_and_the_experiment(slurm_cluster, templa
         assert value in text, f"{value!r} not in the dry run of {template}:\n{text}"
 
 
+@pytest.mark.slurm
+def test_pasa_eval_gpu_split_follows_the_selector_share(slurm_cluster):
+    env = slurm_cluster.env(**_job_env(1, "pasa_eval", SCHOLAR_SELECTOR_GPUS="2"))
+    out = _render("pasa_eval", ["experiment=pasa_eval"], env)
+    assert out.returncode == 0, out.stderr
+    assert "Selector server on GPUs 6,7, the step on GPUs 0,1,2,3,4,5" in out.stderr
+    assert "--data-parallel-size 2" in out.stdout and "llm.data_parallel_size=6 experiment=pasa_eval" in out.stdout
+    assert "data parallel 6 = 6 GPUs" in out.stderr
+
+
 def test_templates_refuse_to_run_without_an_experiment():
     env = _job_env(1, "selector_sft")
     env.pop("SLURM_JOB_NODELIST")  # no scontrol needed to refuse
