@@ -49,6 +49,7 @@ export SCHOLAR_RUN_DIR
 if [[ -n "${SLURM_CPUS_PER_TASK:-}" ]]; then
     export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
 fi
+# (`${a[@]+"${a[@]}"}` below: an empty array under `set -u` is an error in bash < 4.4, still common on clusters)
 _cpus=(${SLURM_CPUS_PER_TASK:+"--cpus-per-task=$SLURM_CPUS_PER_TASK"})
 # Nodes that run training (crawler_ppo.sbatch keeps the last node for the Selector server).
 SCHOLAR_TRAIN_NODES="${SCHOLAR_TRAIN_NODES:-${SLURM_NNODES:-1}}"
@@ -104,7 +105,7 @@ scholar_summary() {  # scholar_summary <group> <command> <overrides...>
 # variables, the step wrapped in the preemption glue:  scholar_torchrun train crawler_ppo <overrides...>
 scholar_torchrun() {
     scholar_step srun --nodes="$SCHOLAR_TRAIN_NODES" --ntasks="$SCHOLAR_TRAIN_NODES" --ntasks-per-node=1 \
-        --relative=0 "${_cpus[@]}" --kill-on-bad-exit=1 \
+        --relative=0 ${_cpus[@]+"${_cpus[@]}"} --kill-on-bad-exit=1 \
         torchrun --nnodes="$SCHOLAR_TRAIN_NODES" --nproc-per-node="$NPROC_PER_NODE" \
         --rdzv-id="${SLURM_JOB_ID:-0}" --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" \
         --max-restarts=0 -m scholar_agents "$@" hydra.run.dir="$SCHOLAR_RUN_DIR"
@@ -143,7 +144,7 @@ start_selector_server() {
             host=127.0.0.1
         fi
         n="$NPROC_PER_NODE"
-        serve=(srun --nodes=1 --ntasks=1 --relative="$arg" "${_cpus[@]}" --kill-on-bad-exit=0 "${serve[@]}"
+        serve=(srun --nodes=1 --ntasks=1 --relative="$arg" ${_cpus[@]+"${_cpus[@]}"} --kill-on-bad-exit=0 "${serve[@]}"
                --data-parallel-size "$n")
     else
         host="$(hostname)"
