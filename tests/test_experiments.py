@@ -300,6 +300,20 @@ def test_sbatch_dry_run_shows_srun_cpus_and_the_experiment(slurm_cluster, templa
 
 
 @pytest.mark.slurm
+def test_crawler_ppo_on_two_nodes_with_a_running_selector_server(slurm_cluster):
+    """`--nodes=2` + SCHOLAR_SELECTOR_URL: no server is started and both nodes train (Table 9's 16 GPUs)."""
+    env = slurm_cluster.env(**_job_env(2, "crawler_ppo", SCHOLAR_SELECTOR_URL="http://selector-host:8000/v1"))
+    out = _render("crawler_ppo", ["experiment=pasa_crawler_ppo", "ppo.alpha=0.5"], env)
+    assert out.returncode == 0, out.stderr
+    runs = [line for line in out.stdout.splitlines() if line.startswith("[dry-run]")]
+    assert len(runs) == 1 and "api_server" not in runs[0]
+    assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --relative=0 --cpus-per-task=96" in runs[0]
+    assert "--nnodes=2 --nproc-per-node=8" in runs[0] and "ppo.alpha=0.5" in runs[0]
+    assert "Selector: using the running server SCHOLAR_SELECTOR_URL=http://selector-host:8000/v1" in out.stderr
+    assert "at http://selector-host:8000/v1" in out.stderr and "alpha              0.5" in out.stderr
+
+
+@pytest.mark.slurm
 def test_pasa_eval_gpu_split_follows_the_selector_share(slurm_cluster):
     env = slurm_cluster.env(**_job_env(1, "pasa_eval", SCHOLAR_SELECTOR_GPUS="2"))
     out = _render("pasa_eval", ["experiment=pasa_eval"], env)
