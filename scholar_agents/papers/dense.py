@@ -29,10 +29,21 @@ BLAS_FROM_QUERIES = 8
 _FAISS_BLAS_DEFAULT: dict[str, int] = {}
 
 
+def require_faiss():
+    """The ``faiss`` module, from faiss-cpu (the ``cpu`` extra) or faiss-gpu (the ``gpu`` extra): the two wheels
+    install the same module, so the core dependencies name neither."""
+    try:
+        import faiss
+    except ImportError as e:
+        raise ImportError("dense search needs FAISS: `pip install 'scholar-agents[cpu]'` (faiss-cpu) or "
+                          "`pip install 'scholar-agents[gpu]'` (faiss-gpu) on a CUDA node") from e
+    return faiss
+
+
 def build_faiss_index(vectors: np.ndarray, index_type: str = "flat", ivf_nlist: int = 4096, hnsw_m: int = 32,
                       hnsw_ef_construction: int = 200, seed: int = 0):
     """An inner-product FAISS index holding ``vectors`` with ids 0..N-1 (their row order)."""
-    import faiss
+    faiss = require_faiss()
 
     n, dim = vectors.shape
     if index_type == "flat":
@@ -59,7 +70,7 @@ def build_faiss_index(vectors: np.ndarray, index_type: str = "flat", ivf_nlist: 
 
 
 def _to_gpu(index):
-    import faiss
+    faiss = require_faiss()
 
     if not hasattr(faiss, "StandardGpuResources"):
         raise RuntimeError("faiss_gpu=true needs faiss-gpu (`pip install 'scholar-agents[gpu]'`); this faiss is CPU-only")
@@ -85,7 +96,7 @@ class DenseSearch(SearchBackend):
         self.index = _to_gpu(index) if gpu else index
 
     def _params(self, cutoff: int):
-        import faiss
+        faiss = require_faiss()
 
         sel = faiss.IDSelectorRange(0, cutoff) if cutoff < len(self.docs) else None
         if self.index_type == "ivf":
@@ -117,7 +128,7 @@ class DenseSearch(SearchBackend):
         return out
 
     def _search(self, q: np.ndarray, k: int, params, cut: int):
-        import faiss
+        faiss = require_faiss()
 
         default = _FAISS_BLAS_DEFAULT.setdefault("threshold", faiss.cvar.distance_compute_blas_threshold)
         faiss.cvar.distance_compute_blas_threshold = BLAS_FROM_QUERIES if len(q) >= BLAS_FROM_QUERIES else default
@@ -148,7 +159,7 @@ class DenseSearch(SearchBackend):
         return self.search_vectors(self.embedder.encode(list(queries), kind="query"), k=k, before=before)
 
     def save(self, directory: str | Path) -> None:
-        import faiss
+        faiss = require_faiss()
 
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
@@ -158,7 +169,7 @@ class DenseSearch(SearchBackend):
     @staticmethod
     def read_index(directory: str | Path, index_type: str):
         """The saved IVF/HNSW index of :meth:`save` (flat indexes are rebuilt from the cached embeddings)."""
-        import faiss
+        faiss = require_faiss()
 
         path = Path(directory) / f"faiss_{index_type}.index"
         if not path.exists():

@@ -344,8 +344,9 @@ class LiteratureIndex:
     def build_ann(self, field_name: str, kind: str = "flat", hnsw_m: int = 32, ef_search: int = 128) -> None:
         """A faiss inner-product index over ``vectors[field_name]``: "flat" (exact, BLAS-blocked) or "hnsw"
         (approximate, sub-linear; check its recall against "flat" before trusting it)."""
-        import faiss
+        from scholar_agents.papers.dense import require_faiss
 
+        faiss = require_faiss()
         mat = np.ascontiguousarray(self.vectors[field_name], dtype=np.float32)
         if kind == "flat":
             ann = faiss.IndexFlatIP(mat.shape[1])
