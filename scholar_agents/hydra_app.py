@@ -27,6 +27,25 @@ def _register_resolvers() -> None:
         # The checkout root for editable installs (where outputs/ and data/ live), else the working directory.
         repo = PACKAGE_DIR.parent
         OmegaConf.register_new_resolver("sa_repo", lambda: str(repo if (repo / "pyproject.toml").exists() else Path.cwd()))
+    if not OmegaConf.has_resolver("sa_job_dir"):
+        OmegaConf.register_new_resolver("sa_job_dir", job_dir)
+
+
+def job_dir(single_run_dir: str, subdir: str = "checkpoints") -> str:
+    """``${sa_job_dir:<dir>}``: where a run keeps what it resumes from. A single run: ``<dir>`` as given (stable:
+    re-running the command, or a requeued sbatch job, continues there). A job of a multirun (``-m``):
+    ``<this job's sweep subdir>/<subdir>``, so jobs never share checkpoints; a requeued array task reruns in the
+    same sweep subdir and resumes from its own. Outside a Hydra run (``compose`` in tests): ``<dir>``."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hydra_cfg = HydraConfig.get()
+    except ValueError:  # not inside a Hydra job
+        return single_run_dir
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        return str(Path(hydra_cfg.runtime.output_dir) / subdir)
+    return single_run_dir
 
 
 def register_configs() -> None:
@@ -99,6 +118,7 @@ def run_task(task: Callable[[DictConfig], object], config_name: str, argv: list[
 
     def _main(cfg: DictConfig) -> object:
         # Runs where the task runs: this process, or a submitit launcher's job (one srun task per rank).
+        _register_resolvers()  # (a submitit job is a fresh process that only unpickled this function)
         with task_environment(cfg):
             result["value"] = task(cfg)
         return result["value"]

@@ -262,16 +262,20 @@ class PreemptionHandler:
 
 def trainer_callback(handler: PreemptionHandler):
     """A ``transformers.TrainerCallback`` for HF/TRL trainers (SFT): on a preemption signal, save a checkpoint at
-    the end of the current step and stop training. After ``trainer.train()`` returns, the caller checks
-    ``handler.requested`` and calls ``handler.exit_for_requeue()`` instead of writing the final model; the
-    requeued run resumes from that checkpoint (``resume_from_checkpoint``)."""
+    the end of the current step and stop training. After ``trainer.train()`` returns, the caller checks the
+    callback's ``stopped_at`` (the step it stopped at, agreed by every rank; None = never) and calls
+    ``handler.exit_for_requeue()`` instead of writing the final model; the requeued run resumes from that
+    checkpoint (``resume_from_checkpoint``)."""
     from transformers import TrainerCallback
 
     class PreemptionCallback(TrainerCallback):
+        stopped_at: Optional[int] = None
+
         def on_step_end(self, args, state, control, **kwargs):
-            if handler.should_stop():
+            if handler.should_stop():  # a collective under torch.distributed: every rank calls it every step
                 control.should_save = True
                 control.should_training_stop = True
+                self.stopped_at = state.global_step
             return control
 
     return PreemptionCallback()
