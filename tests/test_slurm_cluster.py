@@ -238,3 +238,45 @@ def test_sft_job_preempted_checkpoints_requeues_and_resumes_into_one_wandb_run(s
     assert summary["wandb_run_id"] == run_id
     runs = sorted(p.name for p in (tmp_path / "outputs" / "wandb").glob("offline-run-*"))
     assert len(runs) == 2 and all(r.endswith(f"-{run_id}") for r in runs), runs
+
+
+def test_submitit_job_with_two_srun_tasks_forms_one_torch_distributed_world(slurm_cluster, tmp_path):
+    """`hydra.launcher.tasks_per_node=2`: submitit's srun starts 2 Python processes; hydra_app.task_environment
+    exports RANK / WORLD_SIZE / MASTER_ADDR from submitit's JobEnvironment and the probe's gloo all-reduce adds up
+    over both ranks (without the export each task trains alone as a world of one)."""
+    sweep_dir = tmp_path / "sweep"
+    out = subprocess.run(
+        [sys.executable, "-m", "scholar_agents", "slurm", "probe", "-m", "hydra/launcher=slurm",
+         f"hydra.launcher.partition={slurm_cluster.partition}", "hydra.launcher.tasks_per_node=2",
+         f"hydra.sweep.dir={sweep_dir}", "probe.lr=0.1", "probe.steps=10"],
+        capture_output=True, text=True, env=_sft_job_env(slurm_cluster, tmp_path), timeout=180, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    metrics = json.loads((sweep_dir / "0" / "metrics.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["allreduce_ok"] is True, metrics
+
+
+def test_sft_under_the_submitit_launcher_with_two_srun_tasks_trains_as_one_world(slurm_cluster, tmp_path,
+                                                                                 tiny_model_dir):
+    """The SFT failure the issue reports: under the submitit launcher no RANK / WORLD_SIZE reached the trainer
+    (DeepSpeed then looked for MPI; plain DDP trained each task alone). Two srun tasks must train as one world of
+    2 with ZeRO-2 over gloo and write one final model."""
+    import importlib.util
+
+    from scholar_agents.hydra_app import CONF_DIR
+    from tests.test_task_environment import _pairs, sft_overrides
+
+    if importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("deepspeed not installed")
+    sweep_dir = tmp_path / "sweep"
+    overrides = [o for o in sft_overrides(tiny_model_dir, _pairs(tmp_path / "pairs.jsonl"), "unused")
+                 if not o.startswith("sft.output_dir=")]
+    out = subprocess.run(
+        [sys.executable, "-m", "scholar_agents", "train", "selector_sft", "-m", "hydra/launcher=slurm",
+         f"hydra.launcher.partition={slurm_cluster.partition}", "hydra.launcher.tasks_per_node=2",
+         "hydra.launcher.mem_gb=6", f"hydra.sweep.dir={sweep_dir}", *overrides, "logging.wandb.enabled=false",
+         f"sft.deepspeed={CONF_DIR / 'deepspeed' / 'zero2.json'}"],
+        capture_output=True, text=True, env=_sft_job_env(slurm_cluster, tmp_path), timeout=240, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = json.loads((sweep_dir / "0" / "sft_summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["effective_batch"] == 4 and summary["global_step"] == 2, summary
+    assert (sweep_dir / "0" / "checkpoints" / "final" / "model.safetensors").is_file()
