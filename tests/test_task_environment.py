@@ -43,7 +43,8 @@ def test_one_process_deepspeed_sft_runs_without_mpi(tiny_model_dir, tmp_path):
     GPU does. Without RANK / WORLD_SIZE DeepSpeed looks for MPI and stops with `ModuleNotFoundError: mpi4py`."""
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
     env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    args = ["train", "selector_sft", *sft_overrides(tiny_model_dir, _pairs(tmp_path / "pairs.jsonl"), tmp_path / "ckpt"),
+    data = _pairs(tmp_path / "pairs.jsonl")
+    args = ["train", "selector_sft", *sft_overrides(tiny_model_dir, data, tmp_path / "ckpt"),
             f"sft.deepspeed={CONF_DIR / 'deepspeed' / 'zero2.json'}", "logging.wandb.enabled=false",
             f"hydra.run.dir={tmp_path / 'run'}"]
     out = subprocess.run([sys.executable, "-m", "scholar_agents", *args], cwd=REPO, env=env, capture_output=True,

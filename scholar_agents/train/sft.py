@@ -17,7 +17,10 @@ Loss masking (``loss_on``), the switch the issue asks to make robust:
   P(True) / (P(True) + P(False)); nothing else is supervised.
 
 Checkpoints go to a STABLE directory (``output_dir``: ``checkpoint-N/`` then ``final/``), so a re-run with
-``resume=true`` (default) continues from the last checkpoint — the official code wiped its output directory.
+``resume=true`` (default) continues from the last checkpoint — the official code wiped its output directory. The
+root configs default it to ``checkpoints/<run_name>`` for a single run and to the job's own sweep subdir in a
+multirun (``hydra_app.job_dir``). A preemption signal (SIGTERM / SIGUSR1 / SIGUSR2) makes the Trainer checkpoint
+at the end of its step and the job exit 75 for requeue; the requeued run resumes in the same wandb run.
 ``final/`` is a plain HF directory (weights + tokenizer + chat template + generation config; LoRA merged) that the
 Selector, the Crawler and ``vllm serve`` load directly.
 
