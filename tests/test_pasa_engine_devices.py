@@ -20,7 +20,7 @@ def test_two_vllm_engines_get_their_own_gpus_or_a_clear_error(command):
     assert plan_engine_devices(["0", "1"], crawler, selector) == {"crawler": ["0"], "selector": ["1"]}
     # CUDA_VISIBLE_DEVICES=4,5,6 names: the engines get the names, not indices
     assert plan_engine_devices(["4", "5", "6"], crawler, selector) == {"crawler": ["4"], "selector": ["5"]}
-    with pytest.raises(ValueError, match="selector_llm=openai_server"):
+    with pytest.raises(ValueError, match="llm@selector_llm=openai_server"):
         plan_engine_devices(["0"], crawler, selector)
     # a data-parallel Crawler over 3 GPUs leaves the 4th to the Selector; over 4 it leaves none
     assert plan_engine_devices(list("0123"), {**crawler, "data_parallel_size": 3}, selector) == \

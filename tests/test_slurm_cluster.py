@@ -66,7 +66,9 @@ def test_preempted_jobs_checkpoint_requeue_and_resume(slurm_cluster, tmp_path):
     logs.mkdir()
     jobs = {}
     for name, extra_env in {"single": {}, "torchrun": {"SCHOLAR_PROBE_TORCHRUN": "1", "SCHOLAR_NPROC_PER_NODE": "2"}}.items():
-        env = slurm_cluster.env(SCHOLAR_OUTPUTS=str(tmp_path / name), SCHOLAR_REPO=str(REPO), **extra_env)
+        env = slurm_cluster.env(SCHOLAR_OUTPUTS=str(tmp_path / name), SCHOLAR_REPO=str(REPO),
+                                # the running interpreter's venv: a worktree checkout has no .venv of its own
+                                SCHOLAR_VENV=str(Path(sys.executable).parents[1]), **extra_env)
         job = _sh("sbatch", "--parsable", f"--job-name=probe_{name}", f"--output={logs}/%x-%j.out",
                   f"--partition={slurm_cluster.partition}", str(REPO / "slurm" / "probe.sbatch"), *overrides,
                   env=env).strip()
