@@ -64,3 +64,16 @@ def test_calibrate_command_on_the_bundled_sample_with_minilm(tmp_path):
         calibrate(compose("thought_calibrate", overrides + [f"knowledge=[{tmp_path}/missing.jsonl]"]))
     with pytest.raises(UsageError, match="quantiles"):
         calibrate(compose("thought_calibrate", overrides + ["quantiles=[50]"]))
+
+
+def test_calibrate_bad_input_is_one_line_and_exit_2(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "scholar_agents", "thought", "calibrate",
+                          f"knowledge=[{tmp_path}/missing.jsonl]", f"hydra.run.dir={tmp_path}/run"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "HYDRA_FULL_ERROR": "0"})
+    assert out.returncode == 2, out.stderr[-2000:]
+    lines = out.stderr.strip().splitlines()
+    assert lines == [f"scholar thought calibrate: error: knowledge='{tmp_path}/missing.jsonl': no such file"]
