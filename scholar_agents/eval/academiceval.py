@@ -272,8 +272,10 @@ def evaluate_dataset(tr: ThoughtRetriever, dataset: str, cases: list[Case], cfg:
             "prequery": prequery_stats, "per_case": per_case, "answers": answers}
 
 
-def judge_dataset(judge, judge_name: str, res: dict, cases: list[Case], cfg: DictConfig, stages: Stages) -> None:
-    """Win rate of each baseline against Thought-Retriever (Figure 14, both orders) by ``judge``; fills
+def judge_dataset(judge: Callable[[], Any], judge_name: str, res: dict, cases: list[Case], cfg: DictConfig,
+                  stages: Stages) -> None:
+    """Win rate of each baseline against Thought-Retriever (Figure 14, both orders) by ``judge()`` (the judge LLM,
+    built when first asked for); fills
     ``res["table"][m]["win_rate_vs_tr"]``. Verdicts are a stage tagged with the judge's name: a run resumed with
     another judge asks it again instead of reusing the first judge's verdicts."""
     answers = res["answers"]
@@ -287,7 +289,7 @@ def judge_dataset(judge, judge_name: str, res: dict, cases: list[Case], cfg: Dic
             continue
         def judge_m(m=m):
             outcomes, raw = judge_pairs(
-                judge, judge_prompt, [cases[i].references[0] for i in labelled],
+                judge(), judge_prompt, [cases[i].references[0] for i in labelled],
                 [answers[m][i]["answer"] for i in labelled], [answers[TR][i]["answer"] for i in labelled],
                 max_new_tokens=int(cfg.judge.max_new_tokens), mode=str(cfg.judge.mode))
             return {"judge": judge_name, "verdicts": [[o.a_first, o.b_first] for o in outcomes], "raw": raw}
@@ -421,19 +423,25 @@ def evaluate(cfg: DictConfig) -> dict:
             memory.save()
         stats = dict(tr.stats)
         if cfg.judge.enabled:
-            judge = llm
             judge_cfg = cfg.get("judge_llm")
-            if judge_cfg is not None and judge_cfg != cfg.llm:
-                # a separate judge (e.g. a 72B model) starts only once the generator has released its GPUs
-                llm.close()
-                generator_open = False
-                judge = build_llm(judge_cfg)
+            separate: list = []  # the judge model, built on first use (a resumed run may need no verdict at all)
+
+            def judge():
+                if judge_cfg is None or judge_cfg == cfg.llm:
+                    return llm
+                if not separate:
+                    # a separate judge (e.g. a 72B model) starts only once the generator has released its GPUs
+                    nonlocal generator_open
+                    llm.close()
+                    generator_open = False
+                    separate.append(build_llm(judge_cfg))
+                return separate[0]
             try:
                 for res, cases in zip(results, cases_of):
                     judge_dataset(judge, judge_info["model"], res, cases, cfg, stages)
             finally:
-                if judge is not llm:
-                    judge.close()
+                for j in separate:
+                    j.close()
     finally:
         memory.close()
         if generator_open:
