@@ -282,3 +282,42 @@ def test_sft_under_the_submitit_launcher_with_two_srun_tasks_trains_as_one_world
     summary = json.loads((sweep_dir / "0" / "sft_summary.json").read_text())
     assert summary["world_size"] == 2 and summary["effective_batch"] == 4 and summary["global_step"] == 2, summary
     assert (sweep_dir / "0" / "checkpoints" / "final" / "model.safetensors").is_file()
+
+
+def test_sft_sweep_job_preempted_under_submitit_resumes_in_its_own_dir(slurm_cluster, tmp_path, tiny_model_dir):
+    """The submitit launcher's path: its warning signal (SIGUSR2, to the srun-started Python process) -> checkpoint
+    at step 1 -> `scontrol requeue` + exit 75 -> the job reruns in the same sweep subdir, resumes
+    and returns its result to the waiting launcher."""
+    from tests.test_task_environment import _pairs, sft_overrides
+
+    sweep_dir, steps = tmp_path / "sweep", 4
+    overrides = [o for o in sft_overrides(tiny_model_dir, _pairs(tmp_path / "pairs.jsonl"), "unused", steps)
+                 if not o.startswith("sft.output_dir=")]
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "scholar_agents", "train", "selector_sft", "-m", "hydra/launcher=slurm",
+         f"hydra.launcher.partition={slurm_cluster.partition}", "hydra.launcher.mem_gb=4",
+         f"hydra.sweep.dir={sweep_dir}", *overrides, "sft.seed=0", "logging.wandb.mode=offline"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_sft_job_env(slurm_cluster, tmp_path),
+        cwd=tmp_path)
+    try:
+        deadline, task = time.time() + 120, None
+        while task is None:
+            assert time.time() < deadline and launcher.poll() is None, "the sweep job never started training"
+            # (a one-job sweep is a plain job, not an array: its submitit folder is the job id)
+            for log_file in (sweep_dir / ".submitit").glob("*/*_0_log.*") if (sweep_dir / ".submitit").is_dir() \
+                    else []:
+                if "preemption handler on" in log_file.read_text(errors="replace"):
+                    task = log_file.parent.name
+            time.sleep(0.2)
+        _sh("scancel", "--signal=USR2", task)
+        out = launcher.communicate(timeout=240)[0]
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 0, out[-4000:]
+    records = _wait_finished(task, timeout=60)
+    assert [r["state"] for r in records] == ["REQUEUED", "COMPLETED"], records
+    summary = json.loads((sweep_dir / "0" / "sft_summary.json").read_text())
+    assert summary["restart_count"] == 1 and summary["resumed_from"].endswith("checkpoint-1"), summary
+    assert summary["global_step"] == steps
+    assert summary["wandb_run_id"] == (sweep_dir / "0" / "checkpoints" / "wandb_run_id").read_text().strip()
