@@ -133,7 +133,7 @@ def weight_sync_bench(args, cotrain: list[dict], step_source: str, engine=None, 
         engine = RolloutEngine(llm_cfg, Path(tempfile.mkdtemp(prefix="bench_sync_")), sync="inmemory")
         policy = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)  # fp32 master weights
         weights = lambda: merged_policy_weights(policy)  # noqa: E731
-    n_params = sum(t.numel() for _, t in weights())
+    n_params = sum({t.data_ptr(): t.numel() for _, t in weights()}.values())  # a tied lm_head counted once
     rest = sum(m["timing_s/step"] - m.get("timing_s/sync", 0.0) for m in cotrain) / len(cotrain)
     times: dict[str, list[float]] = {}
     mode_before = engine.sync_mode

@@ -28,6 +28,7 @@ import logging
 import multiprocessing as mp
 import os
 import sys
+import warnings
 from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence
 
 import numpy as np
@@ -308,15 +309,17 @@ def _modules_hidden_from_vllm_kernel_scan():
     modules holding such objects leave ``sys.modules`` while the engine starts (vLLM imports none of them) and
     come back unchanged."""
     hidden = {}
-    for name, module in list(sys.modules.items()):
-        namespace = getattr(module, "__dict__", None) or {}
-        for value in list(namespace.values()):
-            try:
-                if hasattr(value, "__dict__") and not hasattr(vars(value), "get"):
-                    hidden[name] = module
-                    break
-            except Exception:  # noqa: BLE001 — exotic attributes: vLLM's scan would meet them the same way
-                continue
+    with warnings.catch_warnings():  # deprecated module attributes warn when touched (torch.distributed.reduce_op)
+        warnings.simplefilter("ignore")
+        for name, module in list(sys.modules.items()):
+            namespace = getattr(module, "__dict__", None) or {}
+            for value in list(namespace.values()):
+                try:
+                    if hasattr(value, "__dict__") and not hasattr(vars(value), "get"):
+                        hidden[name] = module
+                        break
+                except Exception:  # noqa: BLE001 — exotic attributes: vLLM's scan meets them the same way
+                    continue
     for name in hidden:
         del sys.modules[name]
     try:
