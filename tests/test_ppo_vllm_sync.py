@@ -85,3 +85,36 @@ def test_old_and_unknown_sync_modes_fail_with_the_new_names(tiny_model_dir, tmp_
         RolloutEngine(engine_cfg(tiny_model_dir), tmp_path, sync="inplace")
     with pytest.raises(ValueError, match=r"one of \['inmemory', 'disk', 'reload'\]"):
         RolloutEngine(engine_cfg(tiny_model_dir), tmp_path, sync="nfs")
+
+
+def test_inmemory_push_holds_about_one_layer_at_a_time(tmp_path):
+    """The push streams: vLLM's layerwise reload keeps a tensor only until its decoder layer is complete, so the
+    tensors alive during a push of a 6-layer model never approach the whole state dict."""
+    import gc
+    import weakref
+
+    from tests.fixtures.llm import make_tiny_qwen2
+    from transformers import AutoModelForCausalLM
+
+    model_dir = make_tiny_qwen2(tmp_path / "six_layers", num_layers=6)
+    engine = RolloutEngine(engine_cfg(model_dir), tmp_path / "run", sync="inmemory")
+    try:
+        policy = AutoModelForCausalLM.from_pretrained(str(model_dir))
+        alive, peak, total = set(), [0], [0]
+
+        def tracked():
+            for name, tensor in merged_policy_weights(policy):
+                gc.collect()
+                peak[0] = max(peak[0], len(alive))
+                copy = tensor.detach().clone()  # like ZeRO-3: a buffer that exists only while the consumer holds it
+                alive.add(id(copy))
+                weakref.finalize(copy, alive.discard, id(copy))
+                total[0] += 1
+                yield name, copy
+
+        engine.llm.push_weights(tracked())
+        per_layer = sum(1 for n in policy.state_dict() if ".layers.0." in n)
+        assert total[0] == len(policy.state_dict())
+        assert peak[0] <= per_layer + 2 < total[0] // 3, (peak[0], per_layer, total[0])
+    finally:
+        engine.close()
