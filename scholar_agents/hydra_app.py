@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -26,6 +27,25 @@ def _register_resolvers() -> None:
         # The checkout root for editable installs (where outputs/ and data/ live), else the working directory.
         repo = PACKAGE_DIR.parent
         OmegaConf.register_new_resolver("sa_repo", lambda: str(repo if (repo / "pyproject.toml").exists() else Path.cwd()))
+    if not OmegaConf.has_resolver("sa_job_dir"):
+        OmegaConf.register_new_resolver("sa_job_dir", job_dir)
+
+
+def job_dir(single_run_dir: str, subdir: str = "checkpoints") -> str:
+    """``${sa_job_dir:<dir>}``: where a run keeps what it resumes from. A single run: ``<dir>`` as given (stable:
+    re-running the command, or a requeued sbatch job, continues there). A job of a multirun (``-m``):
+    ``<this job's sweep subdir>/<subdir>``, so jobs never share checkpoints; a requeued array task reruns in the
+    same sweep subdir and resumes from its own. Outside a Hydra run (``compose`` in tests): ``<dir>``."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hydra_cfg = HydraConfig.get()
+    except ValueError:  # not inside a Hydra job
+        return single_run_dir
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        return str(Path(hydra_cfg.runtime.output_dir) / subdir)
+    return single_run_dir
 
 
 def register_configs() -> None:
@@ -40,11 +60,50 @@ def register_configs() -> None:
 
 
 def setup_environment(cfg: DictConfig | None = None) -> None:
-    """Offline-by-default tracking and hub access: nothing may download at run time unless the user opts in."""
-    os.environ.setdefault("WANDB_MODE", "offline")
+    """Offline-by-default hub access: nothing may download at run time unless the user opts in. (The wandb mode
+    is decided by the composed config: :func:`apply_wandb_mode`.)"""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def apply_wandb_mode(cfg: DictConfig) -> str:
+    """Export ``WANDB_MODE`` from the composed ``logging.wandb`` (``disabled`` when ``enabled: false``).
+
+    Precedence, highest first: ``logging.wandb.mode=...`` on the command line (or in an experiment preset), then a
+    ``WANDB_MODE`` exported in the shell (``conf/logging/default.yaml`` reads it: ``${oc.env:WANDB_MODE,offline}``),
+    then ``offline``. The loggers (SFT's HF callback, PPO's RunLog) are handed this mode, never a stale one."""
+    wandb_cfg = (cfg.get("logging") or {}).get("wandb") if isinstance(cfg, DictConfig) else None
+    if wandb_cfg is not None:
+        mode = "disabled" if not wandb_cfg.get("enabled", True) else wandb_cfg.get("mode")
+        if mode:
+            os.environ["WANDB_MODE"] = str(mode)
+    os.environ.setdefault("WANDB_MODE", "offline")  # a command without a logging group: never online by surprise
+    return os.environ["WANDB_MODE"]
+
+
+@contextmanager
+def task_environment(cfg: DictConfig):
+    """The process environment a task runs in, set in ONE place for every entry point: the distributed
+    variables (``preemption.export_torch_distributed_env``: Slurm task, torchrun, or a world of one) and the
+    wandb mode. Restored afterwards, so in-process callers (tests, notebooks) do not leak RANK / WANDB_MODE into
+    later work (a Slurm job submitted later inherits the environment)."""
+    from scholar_agents.train.preemption import TORCH_DIST_VARS, export_torch_distributed_env
+
+    keys = (*TORCH_DIST_VARS, "WANDB_MODE")
+    saved = {k: os.environ.get(k) for k in keys}
+    try:
+        how = export_torch_distributed_env()
+        log.info("distributed environment (%s): rank %s of %s, local rank %s, rendezvous %s:%s; wandb %s", how,
+                 os.environ.get("RANK"), os.environ.get("WORLD_SIZE"), os.environ.get("LOCAL_RANK"),
+                 os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT"), apply_wandb_mode(cfg))
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def run_task(task: Callable[[DictConfig], object], config_name: str, argv: list[str], prog: str) -> object:
@@ -58,7 +117,10 @@ def run_task(task: Callable[[DictConfig], object], config_name: str, argv: list[
     result: dict[str, object] = {}
 
     def _main(cfg: DictConfig) -> object:
-        result["value"] = task(cfg)
+        # Runs where the task runs: this process, or a submitit launcher's job (one srun task per rank).
+        _register_resolvers()  # (a submitit job is a fresh process that only unpickled this function)
+        with task_environment(cfg):
+            result["value"] = task(cfg)
         return result["value"]
 
     _main.__module__ = task.__module__

@@ -66,7 +66,9 @@ def test_preempted_jobs_checkpoint_requeue_and_resume(slurm_cluster, tmp_path):
     logs.mkdir()
     jobs = {}
     for name, extra_env in {"single": {}, "torchrun": {"SCHOLAR_PROBE_TORCHRUN": "1", "SCHOLAR_NPROC_PER_NODE": "2"}}.items():
-        env = slurm_cluster.env(SCHOLAR_OUTPUTS=str(tmp_path / name), SCHOLAR_REPO=str(REPO), **extra_env)
+        env = slurm_cluster.env(SCHOLAR_OUTPUTS=str(tmp_path / name), SCHOLAR_REPO=str(REPO),
+                                # the running interpreter's venv: a worktree checkout has no .venv of its own
+                                SCHOLAR_VENV=str(Path(sys.executable).parents[1]), **extra_env)
         job = _sh("sbatch", "--parsable", f"--job-name=probe_{name}", f"--output={logs}/%x-%j.out",
                   f"--partition={slurm_cluster.partition}", str(REPO / "slurm" / "probe.sbatch"), *overrides,
                   env=env).strip()
@@ -160,3 +162,162 @@ def test_hydra_sweep_is_one_job_array_and_report_has_four_rows(slurm_cluster, tm
     assert summary["runs_with_metrics"] == 4 and summary["params"] == ["probe.lr"]
     losses = {r["params"]["probe.lr"]: r["metrics"]["final_loss"] for r in summary["rows"]}
     assert losses[0.1] < losses[0.01]  # a larger step size converges faster on this problem
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# SFT on the cluster: per-job output dirs in a sweep, preemption -> checkpoint -> requeue -> resume
+
+
+def _sft_job_env(slurm_cluster, tmp_path: Path) -> dict[str, str]:
+    """This checkout's package and the venv of the running interpreter, in every job."""
+    stale = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "WANDB_RUN_ID",
+             "WANDB_RESUME", "WANDB_DIR")
+    env = {k: v for k, v in slurm_cluster.env(SCHOLAR_OUTPUTS=str(tmp_path / "outputs"), SCHOLAR_REPO=str(REPO),
+                                               SCHOLAR_VENV=str(Path(sys.executable).parents[1]),
+                                               PYTHONPATH=str(REPO), OMP_NUM_THREADS="1").items() if k not in stale}
+    return env
+
+
+def test_sft_sweep_jobs_write_their_own_output_dirs(slurm_cluster, tmp_path, tiny_model_dir):
+    """`train selector_sft -m hydra/launcher=slurm` over 2 learning rates: one job array, each task training into
+    <sweep dir>/<task>/checkpoints with its own final model (a shared sft.output_dir made the second job skip)."""
+    from tests.test_task_environment import _pairs, sft_overrides
+
+    sweep_dir = tmp_path / "sweep"
+    overrides = [o for o in sft_overrides(tiny_model_dir, _pairs(tmp_path / "pairs.jsonl"), "unused")
+                 if not o.startswith(("sft.output_dir=", "sft.learning_rate="))]
+    out = subprocess.run(
+        [sys.executable, "-m", "scholar_agents", "train", "selector_sft", "-m", "hydra/launcher=slurm",
+         f"hydra.launcher.partition={slurm_cluster.partition}", "hydra.launcher.mem_gb=4",
+         f"hydra.sweep.dir={sweep_dir}", *overrides, "sft.learning_rate=1e-3,3e-3", "logging.wandb.enabled=false"],
+        capture_output=True, text=True, env=_sft_job_env(slurm_cluster, tmp_path), timeout=240, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    finals = [sweep_dir / str(i) / "checkpoints" / "final" for i in (0, 1)]
+    done = [json.loads((f / "SFT_DONE.json").read_text()) for f in finals]
+    assert [d["global_step"] for d in done] == [2, 2], done
+    assert (finals[0] / "model.safetensors").read_bytes() != (finals[1] / "model.safetensors").read_bytes()
+    assert not (tmp_path / "outputs" / "checkpoints").exists()  # nothing in the single-run default dir
+    ids = {re.match(r"(\d+)_(\d+)$", p.name).group(1) for p in (sweep_dir / ".submitit").iterdir()
+           if re.match(r"\d+_\d+$", p.name)}
+    assert len(ids) == 1  # one job array
+
+
+def test_sft_job_preempted_checkpoints_requeues_and_resumes_into_one_wandb_run(slurm_cluster, tmp_path,
+                                                                               tiny_model_dir):
+    """sbatch + job_env.sh + requeue_glue.sh, as the templates run SFT: the batch shell is warned with SIGUSR1
+    (what `--signal=B:USR1@300` does before the time limit), forwards SIGTERM, the HF Trainer checkpoints at the
+    end of its step, the job requeues itself (exit 75) and the second run resumes to the same final step, logging
+    into the same wandb run."""
+    from tests.test_task_environment import _pairs, sft_overrides
+
+    steps = 4
+    script = tmp_path / "sft.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --requeue\n#SBATCH --open-mode=append\n"
+                      'source "$SCHOLAR_REPO/slurm/job_env.sh"\nscholar_single train selector_sft "$@"\nexit $?\n')
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    overrides = [o for o in sft_overrides(tiny_model_dir, _pairs(tmp_path / "pairs.jsonl"), "unused", steps)
+                 if not o.startswith("sft.output_dir=")]  # the default: outputs/checkpoints/selector_sft
+    job = _sh("sbatch", "--parsable", "--job-name=sft_preempt", f"--output={logs}/%x-%j.out", "--mem=4G",
+              f"--partition={slurm_cluster.partition}", str(script), *overrides, "logging.wandb.mode=offline",
+              env=_sft_job_env(slurm_cluster, tmp_path)).strip()
+    deadline = time.time() + 120
+    while "preemption handler on" not in _log_text(logs, job):
+        assert time.time() < deadline, f"SFT never started: {_sacct(job)}\n{_log_text(logs, job)[-3000:]}"
+        time.sleep(0.3)
+    _sh("scancel", "--batch", "--signal=USR1", job)  # lands before the first step ends: checkpoint-1
+
+    records = _wait_finished(job, timeout=150)
+    log_text = _log_text(logs, job)
+    assert [r["state"] for r in records] == ["REQUEUED", "COMPLETED"], (records, log_text[-4000:])
+    assert "caught SIGUSR1 in the batch shell" in log_text and "caught SIGTERM" in log_text, log_text[-4000:]
+    assert "exiting for requeue" in log_text, log_text[-4000:]
+    ckpt = tmp_path / "outputs" / "checkpoints" / "selector_sft"
+    summary = json.loads((tmp_path / "outputs" / "slurm" / "sft_preempt" / job / "sft_summary.json").read_text())
+    assert summary["restart_count"] == 1 and summary["resumed_from"] == str(ckpt / "checkpoint-1"), summary
+    assert summary["global_step"] == steps and (ckpt / "final" / "SFT_DONE.json").is_file()
+    run_id = (ckpt / "wandb_run_id").read_text().strip()
+    assert summary["wandb_run_id"] == run_id
+    runs = sorted(p.name for p in (tmp_path / "outputs" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and all(r.endswith(f"-{run_id}") for r in runs), runs
+
+
+def test_submitit_job_with_two_srun_tasks_forms_one_torch_distributed_world(slurm_cluster, tmp_path):
+    """`hydra.launcher.tasks_per_node=2`: submitit's srun starts 2 Python processes; hydra_app.task_environment
+    exports RANK / WORLD_SIZE / MASTER_ADDR from submitit's JobEnvironment and the probe's gloo all-reduce adds up
+    over both ranks (without the export each task trains alone as a world of one)."""
+    sweep_dir = tmp_path / "sweep"
+    out = subprocess.run(
+        [sys.executable, "-m", "scholar_agents", "slurm", "probe", "-m", "hydra/launcher=slurm",
+         f"hydra.launcher.partition={slurm_cluster.partition}", "hydra.launcher.tasks_per_node=2",
+         f"hydra.sweep.dir={sweep_dir}", "probe.lr=0.1", "probe.steps=10"],
+        capture_output=True, text=True, env=_sft_job_env(slurm_cluster, tmp_path), timeout=180, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    metrics = json.loads((sweep_dir / "0" / "metrics.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["allreduce_ok"] is True, metrics
+
+
+def test_sft_under_the_submitit_launcher_with_two_srun_tasks_trains_as_one_world(slurm_cluster, tmp_path,
+                                                                                 tiny_model_dir):
+    """The SFT failure the issue reports: under the submitit launcher no RANK / WORLD_SIZE reached the trainer
+    (DeepSpeed then looked for MPI; plain DDP trained each task alone). Two srun tasks must train as one world of
+    2 with ZeRO-2 over gloo and write one final model."""
+    import importlib.util
+
+    from scholar_agents.hydra_app import CONF_DIR
+    from tests.test_task_environment import _pairs, sft_overrides
+
+    if importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("deepspeed not installed")
+    sweep_dir = tmp_path / "sweep"
+    overrides = [o for o in sft_overrides(tiny_model_dir, _pairs(tmp_path / "pairs.jsonl"), "unused")
+                 if not o.startswith("sft.output_dir=")]
+    out = subprocess.run(
+        [sys.executable, "-m", "scholar_agents", "train", "selector_sft", "-m", "hydra/launcher=slurm",
+         f"hydra.launcher.partition={slurm_cluster.partition}", "hydra.launcher.tasks_per_node=2",
+         "hydra.launcher.mem_gb=6", f"hydra.sweep.dir={sweep_dir}", *overrides, "logging.wandb.enabled=false",
+         f"sft.deepspeed={CONF_DIR / 'deepspeed' / 'zero2.json'}"],
+        capture_output=True, text=True, env=_sft_job_env(slurm_cluster, tmp_path), timeout=240, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = json.loads((sweep_dir / "0" / "sft_summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["effective_batch"] == 4 and summary["global_step"] == 2, summary
+    assert (sweep_dir / "0" / "checkpoints" / "final" / "model.safetensors").is_file()
+
+
+def test_sft_sweep_job_preempted_under_submitit_resumes_in_its_own_dir(slurm_cluster, tmp_path, tiny_model_dir):
+    """The submitit launcher's path: its warning signal (SIGUSR2, to the srun-started Python process) -> checkpoint
+    at step 1 -> `scontrol requeue` + exit 75 -> the job reruns in the same sweep subdir, resumes
+    and returns its result to the waiting launcher."""
+    from tests.test_task_environment import _pairs, sft_overrides
+
+    sweep_dir, steps = tmp_path / "sweep", 4
+    overrides = [o for o in sft_overrides(tiny_model_dir, _pairs(tmp_path / "pairs.jsonl"), "unused", steps)
+                 if not o.startswith("sft.output_dir=")]
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "scholar_agents", "train", "selector_sft", "-m", "hydra/launcher=slurm",
+         f"hydra.launcher.partition={slurm_cluster.partition}", "hydra.launcher.mem_gb=4",
+         f"hydra.sweep.dir={sweep_dir}", *overrides, "sft.seed=0", "logging.wandb.mode=offline"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_sft_job_env(slurm_cluster, tmp_path),
+        cwd=tmp_path)
+    try:
+        deadline, task = time.time() + 120, None
+        while task is None:
+            assert time.time() < deadline and launcher.poll() is None, "the sweep job never started training"
+            # (a one-job sweep is a plain job, not an array: its submitit folder is the job id)
+            for log_file in (sweep_dir / ".submitit").glob("*/*_0_log.*") if (sweep_dir / ".submitit").is_dir() \
+                    else []:
+                if "preemption handler on" in log_file.read_text(errors="replace"):
+                    task = log_file.parent.name
+            time.sleep(0.2)
+        _sh("scancel", "--signal=USR2", task)
+        out = launcher.communicate(timeout=240)[0]
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 0, out[-4000:]
+    records = _wait_finished(task, timeout=60)
+    assert [r["state"] for r in records] == ["REQUEUED", "COMPLETED"], records
+    summary = json.loads((sweep_dir / "0" / "sft_summary.json").read_text())
+    assert summary["restart_count"] == 1 and summary["resumed_from"].endswith("checkpoint-1"), summary
+    assert summary["global_step"] == steps
+    assert summary["wandb_run_id"] == (sweep_dir / "0" / "checkpoints" / "wandb_run_id").read_text().strip()

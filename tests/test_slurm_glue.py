@@ -23,7 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 SCHOLAR = str(Path(sys.executable).with_name("scholar"))
 SLURM_VARS = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT", "SLURM_PROCID",
               "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_NODELIST", "SLURM_NTASKS_PER_NODE", "RANK", "LOCAL_RANK",
-              "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
+              "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE", "SLURM_STEP_ID", "SLURM_JOB_NUM_NODES",
+              "SLURM_NODEID", "TORCHELASTIC_RUN_ID", "SUBMITIT_EXECUTOR")
 
 
 @pytest.fixture
@@ -81,20 +82,36 @@ def test_slurm_environment_helpers(no_slurm, monkeypatch):
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "3")
     assert preemption.slurm_job_id() == "1200_3"  # what scontrol requeue wants for an array task
     assert preemption.slurm_info()["array_task_id"] == "3"
-    assert preemption.first_node("gpu[07-09,12],cpu1") == "gpu07"
-    assert preemption.first_node("h100-[010-012]") == "h100-010" and preemption.first_node("n5,n6") == "n5"
 
 
 def test_export_torch_distributed_env_from_srun_tasks(no_slurm, monkeypatch):
-    assert not preemption.export_torch_distributed_env()  # not under srun
-    for k, v in {"SLURM_JOB_ID": "4321", "SLURM_NTASKS": "16", "SLURM_PROCID": "9", "SLURM_LOCALID": "1",
-                 "SLURM_NTASKS_PER_NODE": "8(x2)", "SLURM_JOB_NODELIST": "gpu[03-04]"}.items():
+    srun_task = {"SLURM_JOB_ID": "4321", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "16", "SLURM_PROCID": "9",
+                 "SLURM_LOCALID": "1", "SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "1",
+                 "SLURM_JOB_NODELIST": "gpu[03-04]"}
+    for k, v in srun_task.items():
         monkeypatch.setenv(k, v)
-    assert preemption.export_torch_distributed_env()
+    monkeypatch.setenv("RANK", "0")  # stale, inherited from the submitting shell: Slurm's task id wins
+    assert preemption.export_torch_distributed_env() == "slurm"
     env = os.environ
     assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"]) == ("9", "1", "16", "8")
     assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("gpu03", str(20000 + 4321))
-    assert not preemption.export_torch_distributed_env()  # torchrun already set RANK: left alone
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "4321")  # a torchrun worker inside srun: torchrun's ranks stay
+    monkeypatch.setenv("RANK", "5")
+    assert preemption.export_torch_distributed_env() == "torchrun" and env["RANK"] == "5"
+
+
+def test_export_torch_distributed_env_single_process(no_slurm, monkeypatch):
+    """One process (a laptop, a batch script without srun, a 1-task srun): a world of one with a rendezvous
+    address, never DeepSpeed's MPI fallback. A batch script's SLURM_NTASKS=16 is not 16 ranks (no SLURM_STEP_ID)."""
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    monkeypatch.setenv("SLURM_NTASKS", "16")
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    assert preemption.export_torch_distributed_env() == "single"
+    env = os.environ
+    assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["MASTER_ADDR"]) == ("0", "0", "1", "127.0.0.1")
+    assert 0 < int(env["MASTER_PORT"]) < 65536
+    monkeypatch.setenv("RANK", "3")  # another launcher (e.g. `deepspeed`) set the ranks: left alone
+    assert preemption.export_torch_distributed_env() == "preset" and env["RANK"] == "3"
 
 
 def test_requeue_glue_forwards_batch_shell_signal_as_sigterm(no_slurm, tmp_path):

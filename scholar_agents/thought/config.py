@@ -59,8 +59,10 @@ class ThoughtConfig:
     thought_max_new_tokens: int = 256
     temperature: float = 0.0  # the official code decodes greedily (tau = 0)
     # ---- batching (served mode) ----
-    # Queries advanced together through retrieval -> answer -> thought; their memory updates are then merged in
-    # query order. 1 reproduces Algorithm 1 exactly (each query sees every earlier thought).
+    # Queries advanced together through retrieval -> answer -> thought, PER ENGINE REPLICA: a step takes
+    # batch_size x llm.data_parallel_size queries on the vLLM backend (algorithm.queries_per_step), so every GPU
+    # gets batch_size prompts per call. Their memory updates are then merged in query order. 1 on one engine
+    # reproduces Algorithm 1 exactly (each query sees every earlier thought).
     batch_size: int = 8
     prequery: PreQueryConfig = field(default_factory=PreQueryConfig)
 

@@ -4,7 +4,7 @@ from the composed config, trains (resuming from the newest checkpoint), and retu
 ``<run dir>/metrics.json`` (crawler recall and crawler actions on the held-out queries, for ``sweep report``).
 
 Multi-process: ``torchrun --nproc_per_node N -m scholar_agents train crawler_ppo ...`` (gloo on CPU, NCCL on GPUs);
-under srun without torchrun the SLURM_* variables are exported for torch.distributed first.
+under srun without torchrun, ``hydra_app.task_environment`` exports rank / world size from Slurm first.
 """
 
 from __future__ import annotations
@@ -21,9 +21,6 @@ log = logging.getLogger(__name__)
 def crawler_ppo(cfg: DictConfig) -> dict:
     from scholar_agents.plan.commands import startup_check
     from scholar_agents.train.ppo.trainer import PPOTrainer
-    from scholar_agents.train.preemption import export_torch_distributed_env
-
-    export_torch_distributed_env()
     # `scholar plan` before anything is loaded: a plan that does not fit the GPUs stops here, naming the fix
     # (skipped on CPU; cluster.memory_check=false starts anyway)
     startup_check(cfg)

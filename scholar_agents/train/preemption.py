@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -93,30 +92,69 @@ def slurm_info() -> dict:
     return info
 
 
-def first_node(nodelist: str) -> str:
-    """The first host of a Slurm node list (``gpu[01-04,07],cpu1`` -> ``gpu01``) without calling scontrol."""
-    m = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
-    if m is None:
-        raise ValueError(f"not a Slurm node list: {nodelist!r}")
-    prefix, ranges = m.group(1), m.group(2)
-    return prefix + ranges.split(",")[0].split("-")[0] if ranges else prefix
+# What torch.distributed's env:// rendezvous, accelerate and DeepSpeed read. Without RANK / WORLD_SIZE, DeepSpeed
+# falls back to MPI discovery and stops with `ModuleNotFoundError: mpi4py`.
+TORCH_DIST_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
-def export_torch_distributed_env(port_base: int = 20000) -> bool:
-    """When srun started one process per GPU (the Hydra submitit launcher with ``tasks_per_node > 1``), set the
-    variables torch.distributed / accelerate read (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) from
-    SLURM_*. Leaves a torchrun-launched process alone (RANK already set). True when it exported something."""
-    ntasks = int(os.environ.get("SLURM_NTASKS", "1") or 1)
-    if "RANK" in os.environ or ntasks <= 1 or "SLURM_PROCID" not in os.environ:
-        return False
-    os.environ["RANK"] = os.environ["SLURM_PROCID"]
-    os.environ["LOCAL_RANK"] = os.environ.get("SLURM_LOCALID", "0")
-    os.environ["WORLD_SIZE"] = str(ntasks)
-    os.environ["LOCAL_WORLD_SIZE"] = os.environ.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0]
-    os.environ.setdefault("MASTER_ADDR", first_node(os.environ.get("SLURM_JOB_NODELIST", "127.0.0.1")))
-    # The same port on every task of the job, different across jobs sharing a node.
-    os.environ.setdefault("MASTER_PORT", str(port_base + int(os.environ.get("SLURM_JOB_ID", "0")) % 20000))
-    return True
+def _srun_job_environment():
+    """submitit's view of this Slurm task when srun started several tasks (the Hydra submitit launcher with
+    ``tasks_per_node > 1``, or ``srun python -m scholar_agents ...``), else None. ``SLURM_STEP_ID`` is set only in
+    srun steps: a batch script that runs one process with ``--ntasks 16`` in its allocation is not 16 ranks."""
+    if "SLURM_STEP_ID" not in os.environ or int(os.environ.get("SLURM_NTASKS", "1") or 1) <= 1:
+        return None
+    from submitit import JobEnvironment
+    from submitit.slurm.slurm import SlurmJobEnvironment
+
+    # Under submitit (SUBMITIT_EXECUTOR=slurm) JobEnvironment() is the Slurm one; a plain srun step is not a
+    # submitit job, and JobEnvironment() refuses it, so ask the Slurm plugin directly (same SLURM_* parsing).
+    return JobEnvironment() if os.environ.get("SUBMITIT_EXECUTOR") == "slurm" else SlurmJobEnvironment()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def export_torch_distributed_env(port_base: int = 20000) -> str:
+    """Set RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT for this process, once for every
+    entry point (``hydra_app.run_task`` calls it before the task). Returns how they were decided:
+
+    - ``torchrun``: torchrun / ``accelerate launch`` started this process (``TORCHELASTIC_RUN_ID``): left alone.
+    - ``slurm``: one of several srun tasks (submitit launcher): rank / world from submitit's ``JobEnvironment``
+      (Slurm's task ids and node list); MASTER_ADDR = the allocation's first node; MASTER_PORT as
+      ``slurm/job_env.sh`` derives it (20000 + job id mod 20000), unless exported. Overwrites stale values
+      inherited from the submitting shell: Slurm knows better.
+    - ``preset``: another launcher already set RANK (e.g. the ``deepspeed`` launcher): left alone.
+    - ``single``: one process (a laptop, ``sbatch`` without srun, a 1-task srun): WORLD_SIZE=1, RANK=0,
+      LOCAL_RANK=0, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT (only where unset), so DeepSpeed initialises a
+      one-process group instead of looking for MPI.
+    """
+    if os.environ.get("TORCHELASTIC_RUN_ID"):
+        return "torchrun"
+    job_env = _srun_job_environment()
+    if job_env is not None:
+        port = os.environ.get("MASTER_PORT") or str(port_base + int(os.environ.get("SLURM_JOB_ID", "0") or 0) % 20000)
+        os.environ.update({
+            "RANK": str(job_env.global_rank),
+            "LOCAL_RANK": str(job_env.local_rank),
+            "WORLD_SIZE": str(job_env.num_tasks),
+            "LOCAL_WORLD_SIZE": str(job_env.num_tasks // max(1, job_env.num_nodes)),
+            "MASTER_ADDR": job_env.hostnames[0],
+            "MASTER_PORT": port,
+        })
+        return "slurm"
+    if "RANK" in os.environ:
+        return "preset"
+    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_WORLD_SIZE", "1"),
+                       ("MASTER_ADDR", "127.0.0.1")):
+        os.environ.setdefault(key, value)
+    if "MASTER_PORT" not in os.environ:
+        os.environ["MASTER_PORT"] = str(_free_port())
+    return "single"
 
 
 def requeue_slurm_job(job_id: Optional[str] = None, timeout_s: float = 60.0) -> bool:
@@ -224,16 +262,20 @@ class PreemptionHandler:
 
 def trainer_callback(handler: PreemptionHandler):
     """A ``transformers.TrainerCallback`` for HF/TRL trainers (SFT): on a preemption signal, save a checkpoint at
-    the end of the current step and stop training. After ``trainer.train()`` returns, the caller checks
-    ``handler.requested`` and calls ``handler.exit_for_requeue()`` instead of writing the final model; the
-    requeued run resumes from that checkpoint (``resume_from_checkpoint``)."""
+    the end of the current step and stop training. After ``trainer.train()`` returns, the caller checks the
+    callback's ``stopped_at`` (the step it stopped at, agreed by every rank; None = never) and calls
+    ``handler.exit_for_requeue()`` instead of writing the final model; the requeued run resumes from that
+    checkpoint (``resume_from_checkpoint``)."""
     from transformers import TrainerCallback
 
     class PreemptionCallback(TrainerCallback):
+        stopped_at: Optional[int] = None
+
         def on_step_end(self, args, state, control, **kwargs):
-            if handler.should_stop():
+            if handler.should_stop():  # a collective under torch.distributed: every rank calls it every step
                 control.should_save = True
                 control.should_training_stop = True
+                self.stopped_at = state.global_step
             return control
 
     return PreemptionCallback()

@@ -17,7 +17,10 @@ Loss masking (``loss_on``), the switch the issue asks to make robust:
   P(True) / (P(True) + P(False)); nothing else is supervised.
 
 Checkpoints go to a STABLE directory (``output_dir``: ``checkpoint-N/`` then ``final/``), so a re-run with
-``resume=true`` (default) continues from the last checkpoint — the official code wiped its output directory.
+``resume=true`` (default) continues from the last checkpoint — the official code wiped its output directory. The
+root configs default it to ``checkpoints/<run_name>`` for a single run and to the job's own sweep subdir in a
+multirun (``hydra_app.job_dir``). A preemption signal (SIGTERM / SIGUSR1 / SIGUSR2) makes the Trainer checkpoint
+at the end of its step and the job exit 75 for requeue; the requeued run resumes in the same wandb run.
 ``final/`` is a plain HF directory (weights + tokenizer + chat template + generation config; LoRA merged) that the
 Selector, the Crawler and ``vllm serve`` load directly.
 
@@ -36,6 +39,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf
+
+from scholar_agents.train.preemption import restart_count
 
 log = logging.getLogger(__name__)
 
@@ -240,18 +245,45 @@ def torch_dtype(name: str, use_cpu: bool):
         raise ValueError(f"model_dtype must be auto|float32|bfloat16|float16, got {name!r}") from None
 
 
-def configure_wandb(logging_cfg: DictConfig | None, run_dir: Path) -> list[str]:
-    """wandb offline by default (``conf/logging``); returns TRL's ``report_to``."""
+WANDB_ID_FILE = "wandb_run_id"  # in output_dir: a requeued or re-run job continues the same wandb run
+
+
+def configure_wandb(logging_cfg: DictConfig | None, run_dir: Path, output_dir: Path | None = None) -> list[str]:
+    """Point HF's wandb callback at ``logging.wandb`` (returns TRL's ``report_to``). The composed mode wins over
+    whatever ``WANDB_MODE`` the process inherited (hydra_app.apply_wandb_mode states the precedence). With an
+    ``output_dir``, the run id is kept in ``<output_dir>/wandb_run_id`` (written by global rank 0 on the first
+    run) and handed to wandb with ``WANDB_RESUME=allow``: a preempted-and-requeued job logs into the same run."""
     wandb_cfg = (logging_cfg or {}).get("wandb") if logging_cfg is not None else None
     if not wandb_cfg or not wandb_cfg.get("enabled", False) or wandb_cfg.get("mode") == "disabled":
         return ["none"]
-    os.environ.setdefault("WANDB_MODE", str(wandb_cfg.get("mode", "offline")))
+    os.environ["WANDB_MODE"] = str(wandb_cfg.get("mode") or "offline")
     os.environ.setdefault("WANDB_PROJECT", str(wandb_cfg.get("project", "scholar-agents")))
     if wandb_cfg.get("entity"):
         os.environ.setdefault("WANDB_ENTITY", str(wandb_cfg.entity))
     os.environ.setdefault("WANDB_DIR", str(run_dir))
     run_dir.mkdir(parents=True, exist_ok=True)
+    if output_dir is not None:
+        run_id = wandb_run_id(output_dir)
+        if run_id:
+            os.environ["WANDB_RUN_ID"] = run_id
+            os.environ["WANDB_RESUME"] = "allow"
     return ["wandb"]
+
+
+def wandb_run_id(output_dir: Path) -> Optional[str]:
+    """This training run's wandb id: read from ``output_dir``, or created there by global rank 0 (only rank 0
+    logs to wandb; other ranks get None when the file is not there yet)."""
+    path = Path(output_dir) / WANDB_ID_FILE
+    if path.is_file():
+        return path.read_text().strip() or None
+    if int(os.environ.get("RANK", "0") or 0) != 0:
+        return None
+    import uuid
+
+    run_id = uuid.uuid4().hex[:12]  # wandb ids: [a-z0-9], as wandb.util.generate_id makes them
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(run_id + "\n")
+    return run_id
 
 
 def last_checkpoint(output_dir: Path) -> Optional[str]:
@@ -312,7 +344,7 @@ def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | N
         log.warning("the preset assumes %d processes, running with %d: effective batch %d instead of %d",
                     cfg.expected_world_size, world_size, effective_batch,
                     cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * cfg.expected_world_size)
-    report_to = configure_wandb(logging_cfg, report_dir)
+    report_to = configure_wandb(logging_cfg, report_dir, output_dir)
     model_init_kwargs: dict[str, Any] = {"dtype": torch_dtype(cfg.model_dtype, cfg.use_cpu)}
     if cfg.attn_implementation:
         model_init_kwargs["attn_implementation"] = cfg.attn_implementation
@@ -444,7 +476,14 @@ def _load_adapted_model(model_path: str, init_kwargs: dict, cfg: DictConfig):
 def run_sft(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = None,
             report_dir: str | Path | None = None) -> dict:
     """Fine-tune, checkpoint, resume, and save ``<output_dir>/final`` as a loadable HF directory.
-    Returns a summary (also written to ``final/SFT_DONE.json`` and ``report_dir/sft_summary.json``)."""
+    Returns a summary (also written to ``final/SFT_DONE.json`` and ``report_dir/sft_summary.json``).
+
+    Preemption (``train/preemption.py``): SIGTERM / SIGUSR1 / SIGUSR2 make the HF Trainer save a checkpoint at the
+    end of the current step and stop; then the job asks Slurm to requeue it and exits 75. The requeued run finds
+    that checkpoint in the same ``output_dir`` and resumes (``resume_from_checkpoint``), logging into the same
+    wandb run (``<output_dir>/wandb_run_id``)."""
+    from scholar_agents.train.preemption import PreemptionHandler, trainer_callback
+
     cfg = _as_config(cfg)
     output_dir = Path(cfg.output_dir)
     final_dir = output_dir / FINAL_DIRNAME
@@ -460,29 +499,48 @@ def run_sft(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = 
         raise ValueError(f"{output_dir} already holds checkpoints; pass sft.resume=true to continue them or choose "
                          f"another sft.output_dir / sft.run_name (nothing is deleted for you)")
 
-    trainer, info = build_trainer(cfg, logging_cfg=logging_cfg, report_dir=report_dir,
-                                  fit_head=resume_from is None)
-    if resume_from:
-        log.info("resuming from %s", resume_from)
-    t0 = time.time()
-    if cfg.num_train_epochs == 0 and cfg.max_steps <= 0:  # nothing to run: e.g. head_init=probe alone (LP)
-        log.info("sft.num_train_epochs=0: no gradient step, saving the model as built")
-        train_loss = None
-    else:
-        train_loss = float(trainer.train(resume_from_checkpoint=resume_from).training_loss)
-    summary = {
-        **info,
-        "global_step": int(trainer.state.global_step),
-        "train_loss": train_loss,
-        "train_seconds": round(time.time() - t0, 1),
-        "resumed_from": resume_from,
-        "log_history": trainer.state.log_history,
-        "final_dir": str(final_dir),
-    }
-    save_final(trainer, trainer.processing_class, final_dir, cfg, summary)
-    if trainer.is_world_process_zero():
-        (report_dir / "sft_summary.json").write_text(json.dumps(summary, indent=2))
-    return summary
+    saved_env = {k: os.environ.get(k) for k in ("WANDB_RUN_ID", "WANDB_RESUME", "WANDB_MODE")}
+    handler = PreemptionHandler.install()
+    try:
+        trainer, info = build_trainer(cfg, logging_cfg=logging_cfg, report_dir=report_dir,
+                                      fit_head=resume_from is None)
+        preempted = trainer_callback(handler)
+        trainer.add_callback(preempted)
+        if resume_from:
+            log.info("resuming from %s", resume_from)
+        t0 = time.time()
+        if cfg.num_train_epochs == 0 and cfg.max_steps <= 0:  # nothing to run: e.g. head_init=probe alone (LP)
+            log.info("sft.num_train_epochs=0: no gradient step, saving the model as built")
+            train_loss = None
+        else:
+            train_loss = float(trainer.train(resume_from_checkpoint=resume_from).training_loss)
+        if preempted.stopped_at is not None and trainer.state.global_step < trainer.state.max_steps:
+            # The callback made the Trainer save checkpoint-<step> and stop early; final/ is not written.
+            log.warning("preemption (%s): checkpointed at step %d in %s; leaving for requeue",
+                        ",".join(handler.received) or "another rank", trainer.state.global_step, output_dir)
+            handler.exit_for_requeue()
+        summary = {
+            **info,
+            "global_step": int(trainer.state.global_step),
+            "train_loss": train_loss,
+            "train_seconds": round(time.time() - t0, 1),
+            "resumed_from": resume_from,
+            "restart_count": restart_count(),
+            "wandb_run_id": os.environ.get("WANDB_RUN_ID") if "wandb" in trainer.args.report_to else None,
+            "log_history": trainer.state.log_history,
+            "final_dir": str(final_dir),
+        }
+        save_final(trainer, trainer.processing_class, final_dir, cfg, summary)
+        if trainer.is_world_process_zero():
+            (report_dir / "sft_summary.json").write_text(json.dumps(summary, indent=2))
+        return summary
+    finally:
+        handler.uninstall()  # (in-process callers: tests, notebooks) the process's own handlers come back
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _check_head_init(cfg: DictConfig) -> None:

@@ -101,7 +101,6 @@ def probe(cfg: DictConfig) -> dict:
     if p.steps < 1 or p.batch_size < 1 or p.dim < 1:
         raise ValueError(f"probe.steps, probe.batch_size and probe.dim must be >= 1 (got {p})")
     handler = preemption.PreemptionHandler.install()
-    preemption.export_torch_distributed_env()  # srun-started tasks (submitit launcher): rank/world from SLURM_*
     dist = _init_distributed()
     rank = dist.get_rank() if dist else 0
     world = dist.get_world_size() if dist else 1

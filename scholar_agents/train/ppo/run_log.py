@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -35,6 +34,15 @@ def ema(values: list[float], weight: float) -> list[float]:
     return out
 
 
+def wandb_init_kwargs(wandb_cfg, run_dir: Path, run_name: str, wandb_id: str | None, config: dict | None) -> dict:
+    """What ``wandb.init`` gets: the composed ``logging.wandb.mode`` is passed explicitly, so it wins over a
+    ``WANDB_MODE`` the process inherited (precedence: hydra_app.apply_wandb_mode); ``id`` + ``resume="allow"``
+    continue the run a checkpoint names after a requeue."""
+    return dict(project=wandb_cfg.get("project", "scholar-agents"), entity=wandb_cfg.get("entity"),
+                dir=str(run_dir), name=run_name, id=wandb_id, resume="allow", config=config or {},
+                tags=list(wandb_cfg.get("tags") or []), mode=str(wandb_cfg.get("mode") or "offline"))
+
+
 class RunLog:
     def __init__(self, run_dir: Path, enabled: bool, wandb_cfg=None, config: dict | None = None,
                  resume_step: int = 0, wandb_id: str | None = None, run_name: str = "crawler_ppo"):
@@ -54,11 +62,7 @@ class RunLog:
             try:
                 import wandb
 
-                os.environ.setdefault("WANDB_MODE", str(wandb_cfg.get("mode", "offline")))
-                self.wandb = wandb.init(project=wandb_cfg.get("project", "scholar-agents"),
-                                        entity=wandb_cfg.get("entity"), dir=str(run_dir), name=run_name,
-                                        id=wandb_id, resume="allow", config=config or {},
-                                        tags=list(wandb_cfg.get("tags") or []))
+                self.wandb = wandb.init(**wandb_init_kwargs(wandb_cfg, run_dir, run_name, wandb_id, config))
                 self.wandb_id = self.wandb.id
             except Exception as e:  # noqa: BLE001  (tracking must never kill a training run)
                 log.warning("wandb disabled: %s", e)
