@@ -11,10 +11,12 @@ global batch, on the tiny random Qwen2.
 """
 
 import importlib.util
+import signal
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -241,3 +243,53 @@ def test_crawler_ppo_three_steps_two_processes_match_one(ppo_runs, tiny_model_di
     assert max(float((final[k] - start[k]).abs().max()) for k in start) > 1e-3  # trained: far beyond the tolerance
     if deepspeed:
         assert (two_dir / ckpt / "deepspeed" / "latest").is_file()  # the engine's own state, for exact resume
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_DEEPSPEED, reason="deepspeed not installed")
+def test_crawler_ppo_zero3_resumes_exactly_after_sigterm(ppo_runs, tiny_model_dir, dist_papers, tmp_path):
+    """What a Slurm preemption does (slurm/requeue_glue.sh forwards SIGTERM to torchrun, torchrun to its workers):
+    SIGTERM once step 1's checkpoint is complete; every rank finishes the step it is in, checkpoints (full HF weights
+    gathered from the ZeRO-3 shards + the engine's own sharded state) and exits 75. The same command again resumes
+    from that checkpoint: every logged statistic and the final weights equal the uninterrupted ZeRO-3 run's."""
+    from scholar_agents.hydra_app import CONF_DIR
+
+    straight = ppo_runs(2, "zero3")
+    run_dir = tmp_path / "run"
+    args = ["train", "crawler_ppo", *_ppo_overrides(tiny_model_dir, dist_papers, 2),
+            f"ppo.deepspeed={CONF_DIR / 'deepspeed' / 'zero3.json'}"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "scholar_agents", *args, f"hydra.run.dir={run_dir}"]
+    ckpts = run_dir / "checkpoints"
+    with open(tmp_path / "first.log", "w") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=ENV, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            while proc.poll() is None and not (ckpts / "step_000001" / "COMPLETE").is_file():
+                time.sleep(0.2)
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    first_log = (tmp_path / "first.log").read_text(errors="replace")
+    # the workers checkpoint and exit 75 (EX_TEMPFAIL, "requeue me"); torchrun itself dies of the signal it forwarded
+    assert first_log.count("leaving for requeue") == 2 and "code 75)" in first_log, first_log[-3000:]
+    assert proc.returncode != 0
+    stopped_at = (ckpts / "latest").read_text()
+    assert stopped_at in ("step_000001", "step_000002"), stopped_at  # interrupted before the end
+    assert len(_ppo_rows(run_dir)) < 3
+    for name in ("policy/model.safetensors", "value/model.safetensors", "deepspeed/latest", "rng/rank1.json"):
+        assert (ckpts / stopped_at / name).is_file(), name
+
+    torchrun(args, run_dir, tmp_path / "second.log")  # the same command: it resumes
+    assert f"resumed from {ckpts / stopped_at}" in (tmp_path / "second.log").read_text(errors="replace")
+
+    def rows(d):
+        return [{k: v for k, v in r.items() if not k.startswith(("timing_s/", "perf/"))} for r in _ppo_rows(d)]
+
+    assert [r["step"] for r in rows(run_dir)] == [1, 2, 3]
+    assert rows(run_dir) == rows(straight)
+    ckpt = Path("checkpoints") / "step_000003"
+    for part in ("policy", "value"):
+        assert_same_weights(straight / ckpt / part / "model.safetensors", run_dir / ckpt / part / "model.safetensors",
+                            atol=0, rtol=0)
