@@ -179,9 +179,10 @@ def _ppo_rows(run_dir: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def ppo_runs(tiny_model_dir, dist_papers, tmp_path_factory):
-    """The PPO runs the tests below compare, each run once per module: ``runs(None)`` is ONE process x 4 queries
+    """The PPO runs the tests below compare, each run once per module: ``runs(1)`` is ONE process x 4 queries
     without DeepSpeed (the reference); ``runs(2, ds)`` is torchrun 2 processes x 2 queries, ``ds`` None (plain,
-    gradients all-reduced by hand) or a conf/deepspeed JSON name (zero2, zero3)."""
+    gradients all-reduced by hand), a conf/deepspeed JSON name (zero2, zero3) or zero3_ref_offload (zero3 with
+    ppo.ref_offload: π_sft's shards in CPU memory)."""
     from scholar_agents.hydra_app import CONF_DIR
     from scholar_agents.train.ppo.trainer import PPOTrainer
 
@@ -200,7 +201,9 @@ def ppo_runs(tiny_model_dir, dist_papers, tmp_path_factory):
                 finally:
                     single.close()
             else:
-                ds = [f"ppo.deepspeed={CONF_DIR / 'deepspeed' / f'{deepspeed}.json'}"] if deepspeed else []
+                name, _, variant = (deepspeed or "").partition("_")
+                ds = [f"ppo.deepspeed={CONF_DIR / 'deepspeed' / f'{name}.json'}"] if deepspeed else []
+                ds += ["ppo.ref_offload=true"] if variant == "ref_offload" else []
                 torchrun(["train", "crawler_ppo", *_ppo_overrides(tiny_model_dir, dist_papers, 2), *ds], out,
                          out.with_suffix(".log"))
             done[key] = out
@@ -220,7 +223,8 @@ def ppo_runs(tiny_model_dir, dist_papers, tmp_path_factory):
 @pytest.mark.parametrize("deepspeed", [
     None,
     pytest.param("zero2", marks=pytest.mark.skipif(not HAS_DEEPSPEED, reason="deepspeed not installed")),
-    pytest.param("zero3", marks=pytest.mark.skipif(not HAS_DEEPSPEED, reason="deepspeed not installed"))])
+    pytest.param("zero3", marks=pytest.mark.skipif(not HAS_DEEPSPEED, reason="deepspeed not installed")),
+    pytest.param("zero3_ref_offload", marks=pytest.mark.skipif(not HAS_DEEPSPEED, reason="deepspeed not installed"))])
 def test_crawler_ppo_three_steps_two_processes_match_one(ppo_runs, tiny_model_dir, deepspeed):
     one_dir, two_dir = ppo_runs(1), ppo_runs(2, deepspeed)
     one, two = _ppo_rows(one_dir), _ppo_rows(two_dir)
@@ -243,6 +247,10 @@ def test_crawler_ppo_three_steps_two_processes_match_one(ppo_runs, tiny_model_di
     assert max(float((final[k] - start[k]).abs().max()) for k in start) > 1e-3  # trained: far beyond the tolerance
     if deepspeed:
         assert (two_dir / ckpt / "deepspeed" / "latest").is_file()  # the engine's own state, for exact resume
+    if deepspeed and deepspeed.startswith("zero3"):
+        placement = "offloaded to cpu memory" if deepspeed.endswith("ref_offload") else "on cpu"
+        log = two_dir.with_suffix(".log").read_text(errors="replace")
+        assert log.count(f"reference π_sft: ZeRO-3 inference engine, parameter shards {placement}") == 2  # 2 ranks
 
 
 @pytest.mark.slow

@@ -423,6 +423,9 @@ class PPOTrainer:
         ref.requires_grad_(False)
         engine = deepspeed.initialize(model=ref, config=ref_cfg)[0]
         engine.eval()
+        offload = engine.zero_offload_param()  # the engine's own reading of the config
+        log.info("reference π_sft: ZeRO-%d inference engine, parameter shards %s", engine.zero_optimization_stage(),
+                 f"offloaded to {offload.device} memory" if offload else f"on {self.device}")
         return engine
 
     def _build_optimizer(self):
