@@ -7,7 +7,10 @@ global batch, on the tiny random Qwen2.
 - Crawler PPO (`train crawler_ppo`): 3 steps (1 with the policy frozen, 2 co-training, 2 PPO epochs each),
   2 processes x 2 queries == 1 process x 4 queries, greedy rollouts, no expansion sessions (their sampling is
   seeded per rank by design), ppo.init_value_to_mean_return off (see _ppo_overrides). Every step's logged losses and
-  statistics (not the explained variance: a per-rank statistic averaged over ranks), and the final policy weights.
+  statistics (not the explained variance: a per-rank statistic averaged over ranks), and the final policy and value
+  weights; the 2 processes plain, under DeepSpeed ZeRO-2, ZeRO-3, and ZeRO-3 with the reference offloaded
+  (ppo.ref_offload). LoRA + the value-bias initialisation under ZeRO-3 == the same 2 processes without DeepSpeed.
+  A ZeRO-3 run killed with SIGTERM after step 1's checkpoint and re-run continues exactly (bit-identical).
 """
 
 import importlib.util
@@ -188,10 +191,10 @@ def ppo_runs(tiny_model_dir, dist_papers, tmp_path_factory):
 
     done: dict = {}
 
-    def run(processes: int, deepspeed: str | None = None) -> Path:
-        key = (processes, deepspeed)
+    def run(processes: int, deepspeed: str | None = None, extra: tuple[str, ...] = ()) -> Path:
+        key = (processes, deepspeed, extra)
         if key not in done:
-            out = tmp_path_factory.mktemp(f"ppo_{processes}_{deepspeed}")
+            out = tmp_path_factory.mktemp(f"ppo_{processes}_{deepspeed}{'_extra' if extra else ''}")
             if processes == 1:
                 cfg = compose("train_crawler_ppo", [*_ppo_overrides(tiny_model_dir, dist_papers, 4),
                                                     f"paths.output_dir={out}"])
@@ -204,7 +207,7 @@ def ppo_runs(tiny_model_dir, dist_papers, tmp_path_factory):
                 name, _, variant = (deepspeed or "").partition("_")
                 ds = [f"ppo.deepspeed={CONF_DIR / 'deepspeed' / f'{name}.json'}"] if deepspeed else []
                 ds += ["ppo.ref_offload=true"] if variant == "ref_offload" else []
-                torchrun(["train", "crawler_ppo", *_ppo_overrides(tiny_model_dir, dist_papers, 2), *ds], out,
+                torchrun(["train", "crawler_ppo", *_ppo_overrides(tiny_model_dir, dist_papers, 2), *ds, *extra], out,
                          out.with_suffix(".log"))
             done[key] = out
         return done[key]
@@ -301,3 +304,30 @@ def test_crawler_ppo_zero3_resumes_exactly_after_sigterm(ppo_runs, tiny_model_di
     for part in ("policy", "value"):
         assert_same_weights(straight / ckpt / part / "model.safetensors", run_dir / ckpt / part / "model.safetensors",
                             atol=0, rtol=0)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_DEEPSPEED, reason="deepspeed not installed")
+def test_crawler_ppo_lora_and_value_init_under_zero3_match_plain_torchrun(ppo_runs):
+    """LoRA on the sharded policy (π_sft = the adapter disabled, the engine gets base + B·A gathered layer by layer)
+    and ppo.init_value_to_mean_return (the value head's bias shifted in the module AND in DeepSpeed's fp32 master
+    partition, or the first optimizer step would undo it): 2 processes under ZeRO-3 == 2 plain processes, the same
+    runs but for DeepSpeed. Tolerances as above."""
+    extra = ("ppo.lora.enabled=true", "ppo.lora.r=4", "ppo.lora.alpha=8", "ppo.init_value_to_mean_return=true")
+    plain, zero3 = ppo_runs(2, None, extra), ppo_runs(2, "zero3", extra)
+    a, b = _ppo_rows(plain), _ppo_rows(zero3)
+    assert [r["step"] for r in b] == [1, 2, 3] and abs(a[2]["actor/kl_to_sft"]) > 1e-5  # the adapter moved π
+    assert abs(a[0]["critic/values_mean"]) > 1e-2  # the shift happened (returns ~ -0.1; an unshifted head gives ~0)
+    for r1, r2 in zip(a, b):
+        for key in ("rollout/session_return", "critic/vf_loss", "critic/values_mean", "actor/pg_loss",
+                    "actor/approx_kl", "actor/entropy", "actor/grad_norm", "actor/kl_to_sft"):
+            if key in r1:
+                assert r2[key] == pytest.approx(r1[key], rel=1e-3, abs=1e-5), (r1["step"], key)
+    ckpt = Path("checkpoints") / "step_000003"
+    assert_same_weights(plain / ckpt / "policy" / "adapter_model.safetensors",
+                        zero3 / ckpt / "policy" / "adapter_model.safetensors", atol=1e-4, rtol=1e-4)
+    assert_same_weights(plain / ckpt / "value" / "model.safetensors", zero3 / ckpt / "value" / "model.safetensors",
+                        atol=1e-4, rtol=1e-4)
+    head_a = load_file(str(plain / ckpt / "value" / "value_head.safetensors"))
+    head_b = load_file(str(zero3 / ckpt / "value" / "value_head.safetensors"))
+    torch.testing.assert_close(head_a["bias"], head_b["bias"], atol=1e-5, rtol=1e-4)

@@ -292,7 +292,10 @@ class PPOTrainer:
 
         # ---- models
         self.tokenizer = self._tokenizer()
-        with zero3_init(self.ds_config) if self.zero3 else nullcontext():
+        # Every rank must start from the same weights, LoRA's random A included: one seed for all ranks while the
+        # models are built (ZeRO-3 would otherwise stitch a parameter together from different ranks' draws).
+        with torch.random.fork_rng(devices=[]), zero3_init(self.ds_config) if self.zero3 else nullcontext():
+            torch.manual_seed(p.seed)
             self.model = self._build_models()
         self.ref = self._build_ref()
         self.optimizer, self.scheduler = self._build_optimizer()
@@ -632,12 +635,16 @@ class PPOTrainer:
             # DeepSpeed steps fp32 master copies of the weights (ZeRO-3: partitioned, like the module's): shift both,
             # or the next optimizer step writes the old bias back.
             import deepspeed
-            from deepspeed.utils import safe_set_full_fp32_param
+            from deepspeed.utils import safe_set_full_fp32_param, safe_set_local_fp32_param
 
             with deepspeed.zero.GatheredParameters([bias], modifier_rank=0), torch.no_grad():
                 bias.add_(gap)  # every rank adds the same gap; rank 0's result is re-partitioned on exit
-                shifted = bias.detach().clone()
-            safe_set_full_fp32_param(bias, shifted.float())
+            if self.zero3:
+                # this rank's (padded) partition as it now is; DeepSpeed's full-tensor setter cannot address a
+                # 1-element parameter split over 2+ ranks
+                safe_set_local_fp32_param(bias, bias.ds_tensor.detach().float())
+            else:
+                safe_set_full_fp32_param(bias, bias.detach().float())
         log.info("value head bias shifted by %.3f to the first batch's mean return", gap)
 
     def update(self, samples: list[SessionSample], targets: list[SessionTargets], batch: dict, step: int,
