@@ -63,6 +63,19 @@ def test_reference_engine_config_has_no_optimizer_and_offloads_on_request():
     assert "optimizer" in ds  # the training config is untouched
 
 
+def test_paper_preset_runs_zero3_and_zero2_stays_selectable():
+    """The commands docs/ppo.md gives compose: the paper preset on ZeRO-3, ZeRO-2 by override, the CPU preset
+    without DeepSpeed."""
+    from scholar_agents.hydra_app import compose
+
+    paper = compose("train_crawler_ppo", ["ppo=pasa_paper"]).ppo
+    assert zero_stage(load_deepspeed_json(paper.deepspeed)) == 3 and paper.ref_offload is False
+    assert compose("train_crawler_ppo", ["ppo=pasa_paper", "ppo.ref_offload=true"]).ppo.ref_offload is True
+    zero2 = compose("train_crawler_ppo", ["ppo=pasa_paper", "ppo.deepspeed=${sa_pkg:}/conf/deepspeed/zero2.json"]).ppo
+    assert zero_stage(load_deepspeed_json(zero2.deepspeed)) == 2
+    assert compose("train_crawler_ppo", ["ppo=cpu_smollm2"]).ppo.deepspeed is None
+
+
 GATHER_SCRIPT = r'''
 import json, os, sys
 import torch
