@@ -22,7 +22,8 @@ AUTO = "auto"
 def load_deepspeed_json(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"ppo.deepspeed={path}: no such file (use ${{sa_pkg:}}/conf/deepspeed/zero3.json or zero2.json)")
+        raise ValueError(f"ppo.deepspeed={path}: no such file "
+                         "(use ${sa_pkg:}/conf/deepspeed/zero3.json or ${sa_pkg:}/conf/deepspeed/zero2.json)")
     return json.loads(path.read_text())
 
 

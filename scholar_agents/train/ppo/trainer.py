@@ -350,7 +350,8 @@ class PPOTrainer:
         try:
             import deepspeed  # noqa: F401
         except ImportError as e:
-            raise ImportError("ppo.deepspeed needs DeepSpeed (`pip install 'scholar-agents[gpu]'`)") from e
+            raise ImportError("ppo.deepspeed needs DeepSpeed: pip install 'scholar-agents[deepspeed]' (CPU) or "
+                              "'scholar-agents[gpu]'") from e
         from transformers import AutoConfig
 
         ds = load_deepspeed_json(p.deepspeed)
