@@ -16,7 +16,10 @@ One PPO step, per process (``torchrun`` runs one per device; every process rolls
 5. sync the rollout engine's weights, log (JSONL, wandb, ``training_curves.png``), checkpoint, poll for preemption.
 
 Gradients are averaged over processes by hand (an all-reduce per minibatch) rather than by DDP: rollouts give each
-process a different number of sessions, and DDP needs the same number of backward passes everywhere.
+process a different number of sessions, and DDP needs the same number of backward passes everywhere. Under
+``ppo.deepspeed`` one DeepSpeed engine (ZeRO-2 or ZeRO-3) holds policy + value and reduces the gradients; every
+process then pads its backward passes (and, under ZeRO-3, its forward passes: each one gathers parameters
+collectively) to the same count with zero-weight or dummy batches.
 """
 
 from __future__ import annotations
