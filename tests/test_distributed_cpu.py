@@ -9,7 +9,8 @@ global batch, on the tiny random Qwen2.
   seeded per rank by design), ppo.init_value_to_mean_return off (see _ppo_overrides). Every step's logged losses and
   statistics (not the explained variance: a per-rank statistic averaged over ranks), and the final policy and value
   weights; the 2 processes plain, under DeepSpeed ZeRO-2, ZeRO-3, and ZeRO-3 with the reference offloaded
-  (ppo.ref_offload). LoRA + the value-bias initialisation under ZeRO-3 == the same 2 processes without DeepSpeed.
+  (ppo.ref_offload). LoRA + the value-bias initialisation under ZeRO-2/3 == the same 2 processes without DeepSpeed;
+  ZeRO-3 in one process started without torchrun == no DeepSpeed.
   A ZeRO-3 run killed with SIGTERM after step 1's checkpoint and re-run continues exactly (bit-identical).
 """
 
@@ -195,7 +196,15 @@ def ppo_runs(tiny_model_dir, dist_papers, tmp_path_factory):
         key = (processes, deepspeed, extra)
         if key not in done:
             out = tmp_path_factory.mktemp(f"ppo_{processes}_{deepspeed}{'_extra' if extra else ''}")
-            if processes == 1:
+            if processes == 1 and deepspeed:  # one process without torchrun, as on a laptop
+                ds = f"ppo.deepspeed={CONF_DIR / 'deepspeed' / f'{deepspeed}.json'}"
+                with open(out.with_suffix(".log"), "w") as log:
+                    proc = subprocess.run([sys.executable, "-m", "scholar_agents", "train", "crawler_ppo",
+                                           *_ppo_overrides(tiny_model_dir, dist_papers, 4), ds, *extra,
+                                           f"hydra.run.dir={out}"], cwd=REPO, env=ENV, stdout=log,
+                                          stderr=subprocess.STDOUT, timeout=600, check=False)
+                assert proc.returncode == 0, out.with_suffix(".log").read_text(errors="replace")[-3000:]
+            elif processes == 1:
                 cfg = compose("train_crawler_ppo", [*_ppo_overrides(tiny_model_dir, dist_papers, 4),
                                                     f"paths.output_dir={out}"])
                 single = PPOTrainer(cfg, out)
@@ -308,13 +317,14 @@ def test_crawler_ppo_zero3_resumes_exactly_after_sigterm(ppo_runs, tiny_model_di
 
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_DEEPSPEED, reason="deepspeed not installed")
-def test_crawler_ppo_lora_and_value_init_under_zero3_match_plain_torchrun(ppo_runs):
-    """LoRA on the sharded policy (π_sft = the adapter disabled, the engine gets base + B·A gathered layer by layer)
-    and ppo.init_value_to_mean_return (the value head's bias shifted in the module AND in DeepSpeed's fp32 master
-    partition, or the first optimizer step would undo it): 2 processes under ZeRO-3 == 2 plain processes, the same
-    runs but for DeepSpeed. Tolerances as above."""
+@pytest.mark.parametrize("deepspeed", ["zero2", "zero3"])
+def test_crawler_ppo_lora_and_value_init_under_deepspeed_match_plain_torchrun(ppo_runs, deepspeed):
+    """LoRA (ZeRO-3: on the sharded policy; π_sft = the adapter disabled; the engine gets base + B·A gathered layer by
+    layer) and ppo.init_value_to_mean_return (the value head's bias shifted in the module AND in DeepSpeed's fp32
+    master copy, or the first optimizer step would undo it): 2 processes under DeepSpeed == 2 plain processes, the
+    same runs but for DeepSpeed. Tolerances as above."""
     extra = ("ppo.lora.enabled=true", "ppo.lora.r=4", "ppo.lora.alpha=8", "ppo.init_value_to_mean_return=true")
-    plain, zero3 = ppo_runs(2, None, extra), ppo_runs(2, "zero3", extra)
+    plain, zero3 = ppo_runs(2, None, extra), ppo_runs(2, deepspeed, extra)
     a, b = _ppo_rows(plain), _ppo_rows(zero3)
     assert [r["step"] for r in b] == [1, 2, 3] and abs(a[2]["actor/kl_to_sft"]) > 1e-5  # the adapter moved π
     assert abs(a[0]["critic/values_mean"]) > 1e-2  # the shift happened (returns ~ -0.1; an unshifted head gives ~0)
@@ -331,3 +341,22 @@ def test_crawler_ppo_lora_and_value_init_under_zero3_match_plain_torchrun(ppo_ru
     head_a = load_file(str(plain / ckpt / "value" / "value_head.safetensors"))
     head_b = load_file(str(zero3 / ckpt / "value" / "value_head.safetensors"))
     torch.testing.assert_close(head_a["bias"], head_b["bias"], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_DEEPSPEED, reason="deepspeed not installed")
+def test_crawler_ppo_zero3_in_one_process_without_torchrun_matches_plain(ppo_runs):
+    """`scholar train crawler_ppo ppo.deepspeed=.../zero3.json` started as ONE process (no torchrun: the trainer gives
+    DeepSpeed a one-process group) == the same run without DeepSpeed. Tolerances as above."""
+    one, zero3 = ppo_runs(1), ppo_runs(1, "zero3")
+    a, b = _ppo_rows(one), _ppo_rows(zero3)
+    assert [r["step"] for r in b] == [1, 2, 3]
+    for r1, r2 in zip(a, b):
+        for key in ("rollout/session_return", "critic/vf_loss", "actor/pg_loss", "actor/approx_kl",
+                    "actor/grad_norm", "actor/kl_to_sft"):
+            if key in r1:
+                assert r2[key] == pytest.approx(r1[key], rel=1e-3, abs=1e-5), (r1["step"], key)
+    ckpt = Path("checkpoints") / "step_000003"
+    for part in ("policy", "value"):
+        assert_same_weights(one / ckpt / part / "model.safetensors", zero3 / ckpt / part / "model.safetensors",
+                            atol=1e-4, rtol=1e-4)

@@ -203,6 +203,14 @@ def set_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _chunks(seq: Sequence, n: int) -> list:
     return [seq[i:i + n] for i in range(0, len(seq), n)]
 
@@ -252,6 +260,11 @@ class PPOTrainer:
         if self.deepspeed:
             import deepspeed
 
+            if "RANK" not in os.environ:
+                # one process started without torchrun: DeepSpeed still wants a (one-process) group and a launcher's
+                # variables
+                os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                                  MASTER_PORT=str(_free_port()))
             # DeepSpeed's comm layer adopts the process group accelerate started (zero.Init and the engines use it)
             deepspeed.init_distributed(dist_backend="gloo" if use_cpu else "nccl", auto_mpi_discovery=False)
         acc = self.accelerator
