@@ -40,7 +40,12 @@ class PPOConfig:
     bf16: bool | None = None  # bf16 autocast for forward passes; null = where the hardware has it
     gradient_checkpointing: bool = False
     attn_implementation: str | None = None
-    deepspeed: str | None = None  # a ZeRO JSON (conf/deepspeed/zero2.json); GPUs only
+    # A ZeRO JSON (conf/deepspeed/zero3.json: policy, value model and π_sft sharded; zero2.json: optimizer state and
+    # gradients sharded, weights replicated); its "auto" values are filled from this config (deepspeed_config.py)
+    deepspeed: str | None = None
+    # ZeRO-3 only: π_sft's shards live in CPU memory (DeepSpeed offload_param), fetched layer by layer per forward;
+    # ours, for memory (the paper does not say where its reference model lives)
+    ref_offload: bool = False
 
     # ---- rollouts (App. A.2): per device and step
     queries_per_step: int = 4
