@@ -12,6 +12,16 @@ rollout-weight sync) costs on top of it.
 
 ``--from-metrics`` reads the per-step timings ``train crawler_ppo`` logged (the trainer's own ``timing_s/*`` and
 ``perf/*``, the numbers this benchmark prints) instead of running steps: no model is loaded.
+
+``--weight-sync N`` times the vLLM rollout engine's weight sync (``ppo.rollout_sync``) on the CPU twin: the SAME
+engine and policy in the same process, ``inmemory`` (vLLM's ``reload_weights`` fed from memory) against ``disk``
+(this rank's safetensors directory, then ``reload_weights`` from it), N timed pushes each after one warm-up; the
+ratio disk / in-memory and each one's share of a PPO step. The step is the mean co-training step of the steps run
+first (``--steps``, with a vLLM ``llm`` override), or of a recorded run with ``--from-metrics`` (then only the
+engine and the policy are built):
+
+    python bench/ppo.py --weight-sync 5 --steps 2 -- llm=smollm2_vllm
+    python bench/ppo.py --weight-sync 5 --from-metrics <run>/metrics.jsonl --llm smollm2_vllm
 """
 
 from __future__ import annotations
@@ -37,8 +47,19 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers here")
     ap.add_argument("--from-metrics", type=Path, default=None,
                     help="print the split of a finished run's metrics.jsonl instead of running steps")
+    ap.add_argument("--weight-sync", type=int, default=0, metavar="N",
+                    help="time N in-memory and N disk weight syncs of the vLLM rollout engine (see above)")
+    ap.add_argument("--llm", default="smollm2_vllm",
+                    help="conf/llm preset of the engine for --weight-sync with --from-metrics")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides (after --)")
     args = ap.parse_args(argv)
+    if args.weight_sync and args.from_metrics is not None:
+        rows = [json.loads(line) for line in args.from_metrics.read_text().splitlines() if line.strip()]
+        cotrain = [m for m in rows if not m.get("actor/frozen")]
+        if not cotrain:
+            ap.error(f"{args.from_metrics}: no co-training step to compare the sync with")
+        weight_sync_bench(args, cotrain, f"recorded run {args.from_metrics}")
+        return 0
     if args.from_metrics is not None:
         rows = [json.loads(line) for line in args.from_metrics.read_text().splitlines() if line.strip()]
         frozen = [m for m in rows if m.get("actor/frozen")]
@@ -75,13 +96,69 @@ def main(argv=None) -> int:
             rows.append(m)
             print(f"step {step + 1} ({'policy frozen' if m['actor/frozen'] else 'co-training'}): "
                   f"{m['timing_s/step']:.1f} s, {int(m['rollout/sessions'])} sessions", flush=True)
+        report(rows[0], rows[1:], f"{trainer.world} process, torch threads {torch.get_num_threads()}, policy "
+               f"{args.policy}, {args.queries} queries, {args.max_new_tokens} new tokens; set-up {setup_s:.0f} s",
+               None if args.weight_sync else args.json, {"setup_s": setup_s})
+        if args.weight_sync:
+            if trainer.engine.cfg.backend != "vllm":
+                ap.error("--weight-sync times the vLLM rollout engine: add the override `-- llm=smollm2_vllm`")
+            weight_sync_bench(args, rows[1:], f"the {args.steps - 1} co-training step(s) above",
+                              engine=trainer.engine, weights=trainer._policy_weights)
     finally:
         trainer.close()
-
-    report(rows[0], rows[1:], f"{trainer.world} process, torch threads {torch.get_num_threads()}, policy "
-           f"{args.policy}, {args.queries} queries, {args.max_new_tokens} new tokens; set-up {setup_s:.0f} s",
-           args.json, {"setup_s": setup_s})
     return 0
+
+
+def weight_sync_bench(args, cotrain: list[dict], step_source: str, engine=None, weights=None) -> dict:
+    """In-memory vs disk weight sync on one engine and one policy: mean / min seconds over ``args.weight_sync``
+    pushes (after one warm-up each), the ratio, and each one's share of a co-training step whose other phases take
+    what ``cotrain`` recorded (its own sync replaced by the mode's)."""
+    import tempfile
+
+    import torch
+
+    own = engine is None
+    if own:
+        from omegaconf import OmegaConf
+        from transformers import AutoModelForCausalLM
+
+        from scholar_agents.hydra_app import compose, setup_environment
+        from scholar_agents.llm.factory import resolve_model_path
+        from scholar_agents.train.ppo.rollout import RolloutEngine, merged_policy_weights
+
+        setup_environment()
+        cfg = compose("train_crawler_ppo", [f"llm={args.llm}", "llm.cache_path=null", *args.overrides])
+        path = resolve_model_path(args.policy)
+        llm_cfg = {**OmegaConf.to_container(cfg.llm, resolve=True), "model": path}
+        engine = RolloutEngine(llm_cfg, Path(tempfile.mkdtemp(prefix="bench_sync_")), sync="inmemory")
+        policy = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)  # fp32 master weights
+        weights = lambda: merged_policy_weights(policy)  # noqa: E731
+    n_params = sum({t.data_ptr(): t.numel() for _, t in weights()}.values())  # a tied lm_head counted once
+    rest = sum(m["timing_s/step"] - m.get("timing_s/sync", 0.0) for m in cotrain) / len(cotrain)
+    times: dict[str, list[float]] = {}
+    mode_before = engine.sync_mode
+    try:
+        for mode in ("inmemory", "disk"):
+            engine.sync_mode = mode
+            engine.sync(weights(), engine.tokenizer)  # warm-up (first disk write creates the directory)
+            times[mode] = [engine.sync(weights(), engine.tokenizer) for _ in range(args.weight_sync)]
+    finally:
+        engine.sync_mode = mode_before
+        if own:
+            engine.close()
+    mean = {k: sum(v) / len(v) for k, v in times.items()}
+    ratio = mean["disk"] / mean["inmemory"]
+    print(f"\nweight sync of the vLLM rollout engine ({engine.model_path}, {n_params / 1e6:.0f} M parameters, engine "
+          f"{engine.cfg.dtype}, {args.weight_sync} pushes each; step without sync {rest:.2f} s from {step_source})")
+    print(f"{'mode':10s} {'mean (s)':>9s} {'min (s)':>9s} {'share of step':>14s}")
+    for mode, ts in times.items():
+        print(f"{mode:10s} {mean[mode]:9.3f} {min(ts):9.3f} {mean[mode] / (rest + mean[mode]):14.2%}")
+    print(f"disk / in-memory: {ratio:.1f}x")
+    out = {"weight_sync_s": times, "mean_s": mean, "ratio_disk_over_inmemory": ratio, "step_without_sync_s": rest,
+           "params": n_params}
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    return out
 
 
 def report(frozen: dict | None, cotrain: list[dict], what: str, json_path: Path | None, extra: dict | None = None):

@@ -7,8 +7,9 @@
 # scholar_agents/train/preemption.py turns it into "checkpoint at the next step boundary, `scontrol requeue`, exit 75".
 # A scheduler preemption or `scontrol requeue` sends SIGTERM to every process of the job, shell included: same path.
 #
-# A step that does not use preemption.py (vLLM batch generation, HF Trainer SFT) just dies of the SIGTERM; then
-# the shell requeues the job itself, and the step resumes from whatever it had written (done-markers, checkpoints).
+# PPO and SFT (HF Trainer + preemption.trainer_callback) checkpoint at the end of the current step, requeue and exit
+# 75. A step that does not use preemption.py (vLLM batch generation) just dies of the SIGTERM; then the shell
+# requeues the job itself, and the step resumes from whatever it had written (done-markers, shard files).
 #
 #   source slurm/requeue_glue.sh
 #   run_preemptible srun ... torchrun ... -m scholar_agents train crawler_ppo ...

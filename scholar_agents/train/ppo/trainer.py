@@ -16,7 +16,10 @@ One PPO step, per process (``torchrun`` runs one per device; every process rolls
 5. sync the rollout engine's weights, log (JSONL, wandb, ``training_curves.png``), checkpoint, poll for preemption.
 
 Gradients are averaged over processes by hand (an all-reduce per minibatch) rather than by DDP: rollouts give each
-process a different number of sessions, and DDP needs the same number of backward passes everywhere.
+process a different number of sessions, and DDP needs the same number of backward passes everywhere. Under
+``ppo.deepspeed`` one DeepSpeed engine (ZeRO-2 or ZeRO-3) holds policy + value and reduces the gradients; every
+process then pads its backward passes (and, under ZeRO-3, its forward passes: each one gathers parameters
+collectively) to the same count with zero-weight or dummy batches.
 """
 
 from __future__ import annotations
@@ -47,6 +50,13 @@ from scholar_agents.train.ppo.checkpoint import (
     save_checkpoint,
 )
 from scholar_agents.train.ppo.config import PPOConfig, to_ppo_config
+from scholar_agents.train.ppo.deepspeed_config import (
+    fill_deepspeed_config,
+    load_deepspeed_json,
+    reference_config,
+    zero3_init,
+    zero_stage,
+)
 from scholar_agents.train.ppo.losses import explained_variance, masked_mean, policy_loss, total_loss, value_loss
 from scholar_agents.train.ppo.rollout import (
     QuerySampler,
@@ -58,7 +68,7 @@ from scholar_agents.train.ppo.rollout import (
     reward_stats,
 )
 from scholar_agents.train.ppo.session_returns import advantages, gae, gae_token_rewards, session_returns
-from scholar_agents.train.ppo.value_model import PolicyAndValue, build_value
+from scholar_agents.train.ppo.value_model import PolicyAndValue, build_value, sub_state
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +203,14 @@ def set_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _chunks(seq: Sequence, n: int) -> list:
     return [seq[i:i + n] for i in range(0, len(seq), n)]
 
@@ -231,8 +249,24 @@ class PPOTrainer:
         self.run_dir = Path(run_dir)
         self.ckpt_dir = Path(p.checkpoint_dir) if p.checkpoint_dir else self.run_dir / "checkpoints"
         use_cpu = not torch.cuda.is_available()
-        self.deepspeed = bool(p.deepspeed)
-        self.accelerator = Accelerator(cpu=use_cpu, deepspeed_plugin=self._deepspeed_plugin())
+        self.init_path = resolve_model_path(p.policy_model)
+        self.ref_path = resolve_model_path(p.ref_model) if p.ref_model else self.init_path
+        self.ds_config = self._deepspeed_config()  # None without DeepSpeed
+        self.deepspeed = self.ds_config is not None
+        self.zero3 = self.deepspeed and zero_stage(self.ds_config) == 3
+        # accelerate gives us the processes (torch.distributed, gloo on CPU); DeepSpeed engines are built with
+        # DeepSpeed's own API below, the same on CPU and GPU (accelerate ignores a DeepSpeed plugin with cpu=True).
+        self.accelerator = Accelerator(cpu=use_cpu)
+        if self.deepspeed:
+            import deepspeed
+
+            if "RANK" not in os.environ:
+                # one process started without torchrun: DeepSpeed still wants a (one-process) group and a launcher's
+                # variables
+                os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                                  MASTER_PORT=str(_free_port()))
+            # DeepSpeed's comm layer adopts the process group accelerate started (zero.Init and the engines use it)
+            deepspeed.init_distributed(dist_backend="gloo" if use_cpu else "nccl", auto_mpi_discovery=False)
         acc = self.accelerator
         self.rank, self.world = acc.process_index, acc.num_processes
         self.device = acc.device
@@ -273,16 +307,21 @@ class PPOTrainer:
             top_p=p.top_p, seed=p.seed, logprobs=True, batch_sessions=self.eval_policy.batch_sessions)
 
         # ---- models
-        self.init_path = resolve_model_path(p.policy_model)
-        self.ref_path = resolve_model_path(p.ref_model) if p.ref_model else self.init_path
         self.tokenizer = self._tokenizer()
-        self.model = self._build_models()
+        # Every rank must start from the same weights, LoRA's random A included: one seed for all ranks while the
+        # models are built (ZeRO-3 would otherwise stitch a parameter together from different ranks' draws).
+        with torch.random.fork_rng(devices=[]), zero3_init(self.ds_config) if self.zero3 else nullcontext():
+            torch.manual_seed(p.seed)
+            self.model = self._build_models()
         self.ref = self._build_ref()
         self.optimizer, self.scheduler = self._build_optimizer()
         if self.deepspeed:
+            import deepspeed
+
             # One engine for policy + value (one optimizer, Eq. 8's one loss). Our LambdaLR stays outside the engine
-            # and steps once per PPO step on the optimizer's parameter groups, which ZeRO-1/2 reads.
-            self.model, self.optimizer = acc.prepare(self.model, self.optimizer)
+            # and steps once per PPO step on the optimizer's parameter groups, which ZeRO reads at every step.
+            self.model, self.optimizer, _, _ = deepspeed.initialize(model=self.model, optimizer=self.optimizer,
+                                                                    config=self.ds_config)
             if self.resume_from is not None:
                 self.model.load_checkpoint(str(self.resume_from / "deepspeed"), load_module_strict=True)
         if self.resume_from is not None:
@@ -292,7 +331,7 @@ class PPOTrainer:
         # ---- rollouts: the engine starts from the starting checkpoint and gets the current weights right away
         llm_cfg = OmegaConf.to_container(cfg.llm, resolve=True)
         llm_cfg["model"] = self.init_path
-        self.engine = RolloutEngine(llm_cfg, self.run_dir, sync=p.rollout_sync)
+        self.engine = RolloutEngine(llm_cfg, self.run_dir, sync=p.rollout_sync, sleep=p.rollout_sleep)
         if self.resume_from is not None:
             self.engine.sync(self._policy_weights(), self.tokenizer)
         self.env = CrawlEnv(self.res.store, self.search, self.env_cfg, tokenizer=self.engine.tokenizer)
@@ -316,31 +355,26 @@ class PPOTrainer:
 
     # ---- set-up ----
 
-    def _deepspeed_plugin(self):
+    def _deepspeed_config(self) -> dict | None:
+        """``ppo.deepspeed``'s JSON with every "auto" filled (see :mod:`.deepspeed_config`)."""
         p = self.pcfg
+        if p.ref_offload and not p.deepspeed:
+            raise ValueError("ppo.ref_offload=true offloads the reference's ZeRO-3 shards: set "
+                             "ppo.deepspeed=${sa_pkg:}/conf/deepspeed/zero3.json, or ppo.ref_offload=false")
         if not p.deepspeed:
             return None
         try:
             import deepspeed  # noqa: F401
         except ImportError as e:
-            raise ImportError("ppo.deepspeed needs DeepSpeed (`pip install 'scholar-agents[gpu]'`)") from e
-        from accelerate.utils import DeepSpeedPlugin
+            raise ImportError("ppo.deepspeed needs DeepSpeed: pip install 'scholar-agents[deepspeed]' (CPU) or "
+                              "'scholar-agents[gpu]'") from e
+        from transformers import AutoConfig
 
-        ds = json.loads(Path(p.deepspeed).read_text())
-        stage = int(ds.get("zero_optimization", {}).get("stage", 0))
-        if stage == 3:
-            raise ValueError("ppo.deepspeed: ZeRO-3 partitions the policy, which the rollout engine must read whole "
-                             "after every update; use conf/deepspeed/zero2.json (or LoRA) for PPO")
-        # Our loop has no dataloader for accelerate to read "auto" values from: fill them from the PPO config.
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        ds["train_micro_batch_size_per_gpu"] = p.forward_batch_size
-        ds["gradient_accumulation_steps"] = p.grad_accum
-        ds["train_batch_size"] = p.forward_batch_size * p.grad_accum * world
-        ds["gradient_clipping"] = p.max_grad_norm
-        bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-        ds["bf16"] = {"enabled": bool(bf16)}
-        ds["fp16"] = {"enabled": False}
-        return DeepSpeedPlugin(hf_ds_config=ds)
+        ds = load_deepspeed_json(p.deepspeed)
+        if p.ref_offload and zero_stage(ds) != 3:
+            raise ValueError(f"ppo.ref_offload=true needs ZeRO-3; {p.deepspeed} is stage {zero_stage(ds)}")
+        hidden = AutoConfig.from_pretrained(str(self.init_path)).hidden_size
+        return fill_deepspeed_config(ds, p, hidden, world_size=int(os.environ.get("WORLD_SIZE", "1")))
 
     def _tokenizer(self):
         from transformers import AutoTokenizer
@@ -387,16 +421,32 @@ class PPOTrainer:
             policy.gradient_checkpointing_enable()
             if model.value is not None:
                 model.value.backbone.gradient_checkpointing_enable()
-        return model.to(self.device)
+        # ZeRO-3: the parameters are already partitioned on their device by zero.Init
+        return model if self.zero3 else model.to(self.device)
 
     def _build_ref(self):
-        """π_sft, frozen. With LoRA it is the policy with its adapter disabled (see :meth:`_ref_logits`)."""
+        """π_sft, frozen. With LoRA it is the policy with its adapter disabled (see :meth:`_ref_logits`). Under
+        ZeRO-3 it is sharded too, in an inference-only DeepSpeed engine (no optimizer; TRL's ``prepare_deepspeed``),
+        its shards in CPU memory with ``ppo.ref_offload``; otherwise a whole copy on every device."""
         if self.pcfg.lora.enabled and self.ref_path == self.init_path:
             return None
-        ref = self._load_causal_lm(self.ref_path).to(self.device)
-        ref.eval()
+        if not self.zero3:
+            ref = self._load_causal_lm(self.ref_path).to(self.device)
+            ref.eval()
+            ref.requires_grad_(False)
+            return ref
+        import deepspeed
+
+        ref_cfg = reference_config(self.ds_config, offload=self.pcfg.ref_offload)
+        with zero3_init(ref_cfg):  # zero.Init reads offload_param: the shards are created in CPU memory
+            ref = self._load_causal_lm(self.ref_path)
         ref.requires_grad_(False)
-        return ref
+        engine = deepspeed.initialize(model=ref, config=ref_cfg)[0]
+        engine.eval()
+        offload = engine.zero_offload_param()  # the engine's own reading of the config
+        log.info("reference π_sft: ZeRO-%d inference engine, parameter shards %s", engine.zero_optimization_stage(),
+                 f"offloaded to {offload.device} memory" if offload else f"on {self.device}")
+        return engine
 
     def _build_optimizer(self):
         p = self.pcfg
@@ -425,10 +475,25 @@ class PPOTrainer:
         return self.accelerator.unwrap_model(self.model).policy
 
     def _policy_weights(self):
-        """(HF name, full tensor) pairs of the current policy for the rollout engine (LoRA merged)."""
+        """(HF name, full tensor) pairs of the current policy for the rollout engine (LoRA merged). Under ZeRO-3
+        they are gathered module by module (a collective: every rank syncs its engine after every update)."""
+        if self.zero3:
+            from scholar_agents.train.ppo.policy_weights import gathered_policy_weights
+
+            return gathered_policy_weights(self._policy())
         from scholar_agents.train.ppo.rollout import merged_policy_weights
 
         return merged_policy_weights(self._policy())
+
+    def _forward_rounds(self, n_local: int) -> int:
+        """How many forward passes this rank runs for ``n_local`` of its own: under ZeRO-3 every forward all-gathers
+        each layer's parameters, a collective, so every rank runs as many as the busiest rank (the extra ones on
+        :meth:`_dummy_batch`, their outputs dropped)."""
+        return max(self._all_gather_int(n_local)) if self.zero3 else n_local
+
+    def _dummy_batch(self) -> Packed:
+        pad = self.tokenizer.pad_token_id
+        return pack([([pad], [pad])], pad, self.device)
 
     def _autocast(self):
         if not self.bf16:
@@ -448,13 +513,17 @@ class PPOTrainer:
         logp_old: list = [None] * len(samples)
         logp_ref: list = [None] * len(samples)
         values: list = [None] * len(samples)
-        for idx in _chunks(order, p.score_batch_size):
+        chunks = _chunks(order, p.score_batch_size)
+        for r in range(self._forward_rounds(len(chunks))):
+            idx = chunks[r] if r < len(chunks) else []
             b = pack([(samples[i].prompt_ids, samples[i].response_ids) for i in idx], self.tokenizer.pad_token_id,
-                     self.device)
+                     self.device) if idx else self._dummy_batch()
             with self._autocast():
                 logits, v = model(b.input_ids, b.attention_mask, b.position_ids, n_logits=b.width + 1,
                                   with_policy=not frozen, with_value=True)
                 ref_logits = self._ref_logits(b) if not frozen else None
+            if not idx:
+                continue
             vs = from_grid(response_values(v, b.width), b.lengths)
             lo = from_grid(response_logprobs(logits, b.response_ids), b.lengths) if not frozen else None
             lr = from_grid(response_logprobs(ref_logits, b.response_ids), b.lengths) if not frozen else None
@@ -478,13 +547,14 @@ class PPOTrainer:
         """Σ_j V̂^old(S_{q+p_j}) for every action (Eq. 3's bootstrap), one value forward per distinct start state."""
         model = self.accelerator.unwrap_model(self.model)
         keys = sorted({(s.record.user_query, pid) for s in samples for st in s.steps for pid in st.children})
-        if not keys:
-            return 0
         prompts = {k: self.engine.llm.prompt_token_ids(self.env.state_messages(k[0], k[1])) for k in keys}
         value_of: dict = {}
         order = sorted(keys, key=lambda k: len(prompts[k]))
-        for chunk in _chunks(order, self.pcfg.score_batch_size):
-            b = pack([(prompts[k], []) for k in chunk], self.tokenizer.pad_token_id, self.device)
+        chunks = _chunks(order, self.pcfg.score_batch_size)
+        for r in range(self._forward_rounds(len(chunks))):
+            chunk = chunks[r] if r < len(chunks) else []
+            b = pack([(prompts[k], []) for k in chunk], self.tokenizer.pad_token_id, self.device) if chunk \
+                else self._dummy_batch()
             with self._autocast():
                 _, v = model(b.input_ids, b.attention_mask, b.position_ids, n_logits=1, with_policy=False,
                              with_value=True)
@@ -533,7 +603,7 @@ class PPOTrainer:
         logp_old, logp_ref, values = self._score(samples, frozen)
         targets = [session_targets(s, lo, lr, v, self.pcfg)
                    for s, lo, lr, v in zip(samples, logp_old, logp_ref, values)]
-        if init_value and targets:
+        if init_value:  # every rank, sessions or not: the shift and the re-scoring are collectives
             self._shift_value_bias(targets, values)
             n_children = self._child_values(samples)
             logp_old, logp_ref, values = self._score(samples, frozen)
@@ -574,9 +644,24 @@ class PPOTrainer:
         tot = self._mean_over_processes({"diff_sum": float(diff.sum()), "count": float(len(diff))})
         gap = tot["diff_sum"] / max(tot["count"], 1.0)
         model = self.accelerator.unwrap_model(self.model)
-        head = model.value_head if model.shared else model.value.head
-        with torch.no_grad():
-            head.bias.add_(gap)
+        bias = (model.value_head if model.shared else model.value.head).bias
+        if not self.deepspeed:
+            with torch.no_grad():
+                bias.add_(gap)
+        else:
+            # DeepSpeed steps fp32 master copies of the weights (ZeRO-3: partitioned, like the module's): shift both,
+            # or the next optimizer step writes the old bias back.
+            import deepspeed
+            from deepspeed.utils import safe_set_full_fp32_param, safe_set_local_fp32_param
+
+            with deepspeed.zero.GatheredParameters([bias], modifier_rank=0), torch.no_grad():
+                bias.add_(gap)  # every rank adds the same gap; rank 0's result is re-partitioned on exit
+            if self.zero3:
+                # this rank's (padded) partition as it now is; DeepSpeed's full-tensor setter cannot address a
+                # 1-element parameter split over 2+ ranks
+                safe_set_local_fp32_param(bias, bias.ds_tensor.detach().float())
+            else:
+                safe_set_full_fp32_param(bias, bias.detach().float())
         log.info("value head bias shifted by %.3f to the first batch's mean return", gap)
 
     def update(self, samples: list[SessionSample], targets: list[SessionTargets], batch: dict, step: int,
@@ -601,17 +686,25 @@ class PPOTrainer:
             perm = torch.randperm(n_local, generator=g).tolist()
             for k, mb in enumerate(split_even(perm, n_mb)):
                 micros = [(m, 1.0) for m in _chunks(mb, p.forward_batch_size)]
-                if self.deepspeed and micros:
+                if self.deepspeed:
                     # DeepSpeed counts backward passes to find its accumulation boundary: every process runs exactly
-                    # grad_accum of them, padding with zero-weight repeats; it divides by world × grad_accum.
+                    # grad_accum of them, padding with zero-weight repeats (a dummy batch on a process with no
+                    # session in this minibatch); it divides by world × grad_accum.
                     scale = self.world * p.grad_accum / micro_counts[k]
-                    micros = [(m, scale) for m, _ in micros] + [(micros[0][0], 0.0)] * (p.grad_accum - len(micros))
+                    pad = micros[0][0] if micros else []
+                    micros = [(m, scale) for m, _ in micros] + [(pad, 0.0)] * (p.grad_accum - len(micros))
                 for micro, weight in micros:
-                    loss, d = self._micro_loss([samples[i] for i in micro], [targets[i] for i in micro],
-                                               [batch["logp_old"][i] for i in micro],
-                                               [batch["values_old"][i] for i in micro], frozen)
+                    if not micro:
+                        loss, d = self._dummy_loss(frozen), {}
+                    else:
+                        loss, d = self._micro_loss([samples[i] for i in micro], [targets[i] for i in micro],
+                                                   [batch["logp_old"][i] for i in micro],
+                                                   [batch["values_old"][i] for i in micro], frozen)
                     if self.deepspeed:
-                        self.accelerator.backward(loss * weight)  # the engine steps at its boundary
+                        # DeepSpeed's own API (accelerate's backward would mark every pass as a boundary): backward
+                        # scales by 1/grad_accum, step() steps the optimizer every grad_accum-th pass
+                        self.model.backward(loss * weight)
+                        self.model.step()
                     else:
                         (loss / micro_counts[k]).backward()
                     if weight:
@@ -652,10 +745,21 @@ class PPOTrainer:
                   "actor/clipfrac": pd["clipfrac"].item(), "actor/entropy": ent.item(), "loss/total": loss.item()})
         return loss, d
 
+    def _dummy_loss(self, frozen: bool) -> torch.Tensor:
+        """A zero loss through the same modules as :meth:`_micro_loss`: the backward pass a process without a session
+        in this minibatch runs so that DeepSpeed's collectives (ZeRO-3 gathers, gradient reduction) line up."""
+        b = self._dummy_batch()
+        with self._autocast():
+            logits, v = self.model(b.input_ids, b.attention_mask, b.position_ids, n_logits=b.width + 1,
+                                   with_policy=not frozen, with_value=True, freeze_shared_backbone=frozen)
+        return 0.0 * (v.float().sum() + (logits.float().sum() if logits is not None else 0.0))
+
     def _sync_and_step(self, frozen: bool) -> float:
         """Sum the gradients over processes (each was already divided by the global count), clip, step. While
         frozen the policy's gradients are dropped, so AdamW keeps no state for it (its learning rate is 0 too)."""
         if self.deepspeed:
+            if frozen:
+                self._drop_frozen_policy_optimizer_state()
             norm = self.model.get_global_grad_norm()
             return float(norm) if norm is not None else 0.0
         if frozen:
@@ -677,6 +781,21 @@ class PPOTrainer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return float(norm)
+
+    def _drop_frozen_policy_optimizer_state(self) -> None:
+        """DeepSpeed steps the policy's parameter group with zero gradients while it is frozen (learning rate 0, so the
+        weights stay put), but AdamW counts those steps and its bias correction would then shrink the first real
+        updates. Dropping the group's state makes the first co-trained step start AdamW afresh, as without
+        DeepSpeed. The fp32 master partitions of parameter group 0 (the policy) are found in DeepSpeed's ZeRO
+        optimizer: ``fp32_partitioned_groups_flat`` per sub-group (ZeRO-3), ``single_partition_of_fp32_groups``
+        (ZeRO-1/2)."""
+        zero = self.model.optimizer
+        if hasattr(zero, "fp32_partitioned_groups_flat"):
+            masters = [t for t, g in zip(zero.fp32_partitioned_groups_flat, zero.sub_group_to_group_id) if g == 0]
+        else:
+            masters = [zero.single_partition_of_fp32_groups[0]]
+        for t in masters:
+            zero.optimizer.state.pop(t, None)
 
     def _all_gather_int(self, x: int) -> list[int]:
         if self.world == 1:
@@ -702,12 +821,14 @@ class PPOTrainer:
         t0 = time.perf_counter()
         frozen = step < p.policy_freeze_steps
         samples, m = self.rollout(step)
+        self.engine.sleep()  # ppo.rollout_sleep: the engine's GPU memory goes to scoring and the update
         init_value = p.init_value_to_mean_return and step == 0
         targets, batch, m2 = self.compute_targets(samples, frozen, init_value=init_value)
         t1 = time.perf_counter()
         m3 = self.update(samples, targets, batch, step, frozen)
         t_update = time.perf_counter() - t1
         self.scheduler.step()
+        self.engine.wake_up()
         t_sync = self.engine.sync(self._policy_weights(), self.tokenizer) if not frozen else 0.0
         tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)
         dt = time.perf_counter() - t0
@@ -748,11 +869,15 @@ class PPOTrainer:
     def save(self, step: int) -> Path:
         p = self.pcfg
         model = self.accelerator.unwrap_model(self.model)
+        # ZeRO-3: full weights from the shards, gathered by DeepSpeed on every rank (a collective) into rank 0's
+        # memory — what HF Trainer and accelerate call to save ZeRO-3 models; otherwise every rank holds them whole.
+        full = self.model._zero3_consolidated_16bit_state_dict() if self.zero3 else None
 
         def write_models(d: Path) -> None:
-            model.policy.save_pretrained(str(d / "policy"), safe_serialization=True)
+            policy_state = sub_state(full, "policy.")
+            model.policy.save_pretrained(str(d / "policy"), state_dict=policy_state, safe_serialization=True)
             self.tokenizer.save_pretrained(str(d / "policy"))
-            model.save_value(d / "value")
+            model.save_value(d / "value", state_dict=full)
 
         state = {"step": step, "sampler": self.sampler.state_dict(), "wandb_id": self.logger.wandb_id,
                  "history": self.history, "config": asdict(p)}

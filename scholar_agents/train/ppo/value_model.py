@@ -43,11 +43,12 @@ def make_value_head(hidden_size: int, seed: int) -> nn.Linear:
     return head
 
 
-def _save_head(head: nn.Linear, out_dir: Path, meta: dict) -> None:
+def _save_head(head: nn.Linear, out_dir: Path, meta: dict, state: dict | None = None) -> None:
+    """``state``: the head's weights when the module's are ZeRO-3 shards (``{"weight", "bias"}``)."""
     from safetensors.torch import save_file
 
-    save_file({"weight": head.weight.detach().float().cpu().contiguous(),
-               "bias": head.bias.detach().float().cpu().contiguous()}, str(out_dir / HEAD_FILE))
+    state = state or {"weight": head.weight, "bias": head.bias}
+    save_file({k: state[k].detach().float().cpu().contiguous() for k in ("weight", "bias")}, str(out_dir / HEAD_FILE))
     (out_dir / META_FILE).write_text(json.dumps(meta, indent=2))
 
 
@@ -58,6 +59,13 @@ def _load_head(path: Path, dtype: torch.dtype) -> nn.Linear:
     head = nn.Linear(state["weight"].shape[1], 1)
     head.load_state_dict(state)
     return head.to(dtype)
+
+
+def sub_state(state: dict | None, prefix: str) -> dict | None:
+    """The entries of ``state`` under ``prefix``, the prefix removed (None stays None: use the module's own)."""
+    if state is None:
+        return None
+    return {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
 
 
 class ValueModel(nn.Module):
@@ -91,11 +99,14 @@ class ValueModel(nn.Module):
                                use_cache=False).last_hidden_state
         return self.head(hidden).squeeze(-1)
 
-    def save_pretrained(self, out_dir: str | Path) -> None:
+    def save_pretrained(self, out_dir: str | Path, state_dict: dict | None = None) -> None:
+        """``state_dict``: this module's full weights (``backbone.*``, ``head.*``) when its own are ZeRO-3 shards."""
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        self.backbone.save_pretrained(str(out_dir), safe_serialization=True)
-        _save_head(self.head, out_dir, {"value_head": "separate", "hidden_size": self.head.in_features})
+        self.backbone.save_pretrained(str(out_dir), state_dict=sub_state(state_dict, "backbone."),
+                                      safe_serialization=True)
+        _save_head(self.head, out_dir, {"value_head": "separate", "hidden_size": self.head.in_features},
+                   sub_state(state_dict, "head."))
 
 
 class PolicyAndValue(nn.Module):
@@ -113,6 +124,11 @@ class PolicyAndValue(nn.Module):
     @property
     def shared(self) -> bool:
         return self.value is None
+
+    @property
+    def config(self):
+        """The policy's HF config: what accelerate and DeepSpeed read (hidden size) from the module they wrap."""
+        return self.policy.config
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
                 n_logits: int, with_policy: bool = True, with_value: bool = True,
@@ -136,13 +152,16 @@ class PolicyAndValue(nn.Module):
             values = self.value(input_ids, attention_mask, position_ids)
         return logits, values
 
-    def save_value(self, out_dir: str | Path) -> None:
+    def save_value(self, out_dir: str | Path, state_dict: dict | None = None) -> None:
+        """``state_dict``: the full weights of this whole module (``value.*`` / ``value_head.*`` are used) when its
+        own are ZeRO-3 shards."""
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         if self.shared:
-            _save_head(self.value_head, out_dir, {"value_head": "shared", "hidden_size": self.value_head.in_features})
+            _save_head(self.value_head, out_dir, {"value_head": "shared", "hidden_size": self.value_head.in_features},
+                       sub_state(state_dict, "value_head."))
         else:
-            self.value.save_pretrained(out_dir)
+            self.value.save_pretrained(out_dir, sub_state(state_dict, "value."))
 
 
 def build_value(layout: str, policy: nn.Module, init_path: str, dtype: torch.dtype, seed: int,
