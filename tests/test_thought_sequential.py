@@ -117,3 +117,22 @@ def test_without_filter_no_verdict_is_generated_and_every_thought_is_stored(tmp_
     # and no thought merge: the same knowledge point twice is stored twice
     assert [r["decision"] for r in ablation[1:]] == ["stored", "stored"]
     assert ablation[1]["thought"] == ablation[2]["thought"] == ZEBRA_THOUGHT
+
+
+def test_frozen_memory_shards_batch_whatever_the_order_mode(tmp_path, tiny_llm):
+    """phase=answer (update=False) cannot let queries see each other's thoughts, so even thought=paper batches them;
+    with updates, thought=paper keeps one query per step for queries of one scope."""
+    from scholar_agents.llm.embedder import build_embedder
+    from scholar_agents.thought.algorithm import FROZEN_STEP_PER_REPLICA, ThoughtRetriever
+    from scholar_agents.thought.config import ThoughtConfig
+    from scholar_agents.thought.memory import Memory
+
+    qs = [Query(f"q{i}", "x", scope="s") for i in range(FROZEN_STEP_PER_REPLICA + 3)]
+    embedder = build_embedder()
+    memory = Memory(tmp_path / "m", dim=embedder.dim)
+    try:
+        tr = ThoughtRetriever(tiny_llm, embedder, memory, ThoughtConfig())  # the paper's batch_size 1
+        assert [len(s) for s in tr.steps(qs)] == [1] * len(qs)
+        assert [len(s) for s in tr.steps(qs, update=False)] == [FROZEN_STEP_PER_REPLICA, 3]
+    finally:
+        memory.close()

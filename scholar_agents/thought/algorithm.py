@@ -105,6 +105,11 @@ def queries_per_step(cfg: ThoughtConfig, llm_cfg) -> int:
     return cfg.batch_size * llm_replicas(llm_cfg)
 
 
+# Queries per engine replica in one call when the memory is frozen (phase=answer shards): the answers do not depend
+# on it; it sets how often a shard writes its results (resume granularity).
+FROZEN_STEP_PER_REPLICA = 8
+
+
 def sequential_steps(queries: Sequence[Query]) -> list[list[Query]]:
     """Algorithm 1's order in as few LLM calls as it allows: consecutive queries share a step while their scope
     sets are pairwise disjoint (retrieval, the redundancy check and the insertion of a query touch only its own
@@ -304,12 +309,17 @@ class ThoughtRetriever:
 
     def steps(self, queries: Sequence[Query], update: bool = True) -> list[list[Query]]:
         """How ``queries`` are split into steps: Algorithm 1's order (``sequential_steps``) when ``batch_size``
-        is 1 and the memory is updated as we go, else fixed chunks of ``queries_per_step`` (the fast path, and
-        sharded answers against a frozen memory, where no query sees another's thought whatever the chunks)."""
+        is 1 and the memory is updated as we go, else fixed chunks of ``queries_per_step`` (the fast path).
+        Without updates (sharded answers against a frozen memory) no query can see another's thought whatever
+        the chunks, so they take at least ``FROZEN_STEP_PER_REPLICA`` queries per engine replica."""
         queries = list(queries)
         if self.batch_size == 1 and update:
             return sequential_steps(queries)
-        return [queries[i:i + self.batch_size] for i in range(0, len(queries), self.batch_size)]
+        n = self.batch_size
+        if not update:
+            replicas = llm_replicas(getattr(self.llm, "cfg", None))
+            n = max(n, FROZEN_STEP_PER_REPLICA * replicas)
+        return [queries[i:i + n] for i in range(0, len(queries), n)]
 
     def run(self, queries: Iterable[Query], update: bool = True, progress: bool = True) -> list[StepResult]:
         out: list[StepResult] = []
