@@ -219,6 +219,24 @@ def test_a6000_plans_of_docs_cluster_md():
     assert asleep.fits and asleep.inputs.sleep and asleep.peak_phase == "rollout"
 
 
+PRESET = ["experiment=pasa_crawler_ppo", f"ppo.policy_model={QWEN}"]
+
+
+@pytest.mark.parametrize("extra, fits", [
+    ([], True),                                                          # 16 x H100: fits
+    ([ZERO2], False),                                                    # replicated ZeRO-2: refused
+    (["cluster=a6000_48gb"], False),                                     # 2 A6000 nodes, engine at 0.30: refused
+    (["cluster=a6000_48gb", "cluster.nodes=4", "llm.gpu_memory_utilization=0.45", "ppo.score_batch_size=4"], True),
+    (["cluster=a6000_48gb", "ppo.rollout_sleep=true", "llm.gpu_memory_utilization=0.5"], True),
+])
+def test_the_ppo_preset_plans_of_docs_cluster_md(extra, fits):
+    """The verdicts docs/cluster.md shows for `scholar plan experiment=pasa_crawler_ppo ...` (the paper run)."""
+    cfg = compose("train_crawler_ppo", [*PRESET, *extra])
+    plan = build_plan(inputs_from_config(cfg))
+    assert plan.fits == fits
+    assert plan.inputs.zero_stage == (2 if ZERO2 in extra else 3)
+
+
 def test_sft_plans_selector_on_8_a6000_and_names_zero3_without_deepspeed():
     """`scholar plan selector_sft`: the paper's Selector SFT (sft=pasa_7b, ZeRO-3) fits one node of 8 A6000; the
     same without DeepSpeed (every state replicated) is refused naming zero3.json. Model states = DeepSpeed's
