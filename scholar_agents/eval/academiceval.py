@@ -105,10 +105,13 @@ class Stages:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
 
-    def get(self, name: str, compute: Callable[[], Any]) -> Any:
+    def get(self, name: str, compute: Callable[[], Any], valid: Callable[[Any], bool] | None = None) -> Any:
         path = self.root / f"{name}.json"
         if path.exists():
-            return json.loads(path.read_text())
+            value = json.loads(path.read_text())
+            if valid is None or valid(value):
+                return value
+            log.info("stage %s was computed under other settings; recomputing", name)
         value = compute()
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(value, ensure_ascii=False))
@@ -230,27 +233,6 @@ def evaluate_dataset(tr: ThoughtRetriever, dataset: str, cases: list[Case], cfg:
         table[m] = {"rouge_l_f1": float(np.mean(f1)) if f1 else float("nan"), "f1_ci": [lo, hi], "n": len(f1),
                     "mean_context_tokens": float(np.mean([r["context_tokens"] for r in res])) if res else 0.0}
 
-    # ---- win rate of each baseline against Thought-Retriever (Figure 14, both orders)
-    if cfg.judge.enabled and TR in answers:
-        labelled = [i for i, c in enumerate(cases) if c.references]
-        for m in answers:
-            if m == TR:
-                continue
-            def judge(m=m):
-                outcomes, raw = judge_pairs(
-                    tr.llm, judge_prompt, [cases[i].references[0] for i in labelled],
-                    [answers[m][i]["answer"] for i in labelled], [answers[TR][i]["answer"] for i in labelled],
-                    max_new_tokens=int(cfg.judge.max_new_tokens), mode=str(cfg.judge.mode))
-                return {"verdicts": [[o.a_first, o.b_first] for o in outcomes], "raw": raw}
-            got = stages.get(f"{dataset}.judge.{m}", judge)
-            outcomes = [PairOutcome(a, b) for a, b in got["verdicts"]]
-            table[m]["win_rate_vs_tr"] = summarize(outcomes, int(cfg.bootstrap.n), seed=int(cfg.bootstrap.seed))
-            soft = soft_scores(got["raw"])
-            if soft:  # forced-choice judge: the position-debiased preference
-                lo, hi = bootstrap_ci(soft, int(cfg.bootstrap.n), seed=int(cfg.bootstrap.seed))
-                table[m]["win_rate_vs_tr"].update(soft_win_rate=float(np.mean(soft)), soft_ci=[lo, hi])
-        table[TR]["win_rate_vs_tr"] = {"win_rate": 0.5, "reference": True}
-
     # ---- root-source precision / recall (Related-multi, §4.6)
     pr: dict[str, dict] = {}
     if any(cited):
@@ -287,7 +269,55 @@ def evaluate_dataset(tr: ThoughtRetriever, dataset: str, cases: list[Case], cfg:
     return {"dataset": dataset, "task": cases[0].task, "n_cases": len(cases),
             "n_labelled": sum(bool(c.references) for c in cases),
             "ingest": info, "table": table, "curve": curve, "precision_recall": pr, "abstraction": abstraction,
-            "prequery": prequery_stats, "per_case": per_case}
+            "prequery": prequery_stats, "per_case": per_case, "answers": answers}
+
+
+def judge_dataset(judge: Callable[[], Any], judge_name: str, res: dict, cases: list[Case], cfg: DictConfig,
+                  stages: Stages) -> None:
+    """Win rate of each baseline against Thought-Retriever (Figure 14, both orders) by ``judge()`` (the judge LLM,
+    built when first asked for); fills
+    ``res["table"][m]["win_rate_vs_tr"]``. Verdicts are a stage tagged with the judge's name: a run resumed with
+    another judge asks it again instead of reusing the first judge's verdicts."""
+    answers = res["answers"]
+    if TR not in answers:
+        return
+    labelled = [i for i, c in enumerate(cases) if c.references]
+    dataset = res["dataset"]
+    res["table"][TR]["win_rate_vs_tr"] = {"win_rate": 0.5, "reference": True}
+    for m in answers:
+        if m == TR:
+            continue
+        def judge_m(m=m):
+            outcomes, raw = judge_pairs(
+                judge(), judge_prompt, [cases[i].references[0] for i in labelled],
+                [answers[m][i]["answer"] for i in labelled], [answers[TR][i]["answer"] for i in labelled],
+                max_new_tokens=int(cfg.judge.max_new_tokens), mode=str(cfg.judge.mode))
+            return {"judge": judge_name, "verdicts": [[o.a_first, o.b_first] for o in outcomes], "raw": raw}
+        got = stages.get(f"{dataset}.judge.{m}", judge_m, valid=lambda v: v.get("judge") == judge_name)
+        outcomes = [PairOutcome(a, b) for a, b in got["verdicts"]]
+        row = res["table"][m]
+        row["win_rate_vs_tr"] = summarize(outcomes, int(cfg.bootstrap.n), seed=int(cfg.bootstrap.seed))
+        soft = soft_scores(got["raw"])
+        if soft:  # forced-choice judge: the position-debiased preference
+            lo, hi = bootstrap_ci(soft, int(cfg.bootstrap.n), seed=int(cfg.bootstrap.seed))
+            row["win_rate_vs_tr"].update(soft_win_rate=float(np.mean(soft)), soft_ci=[lo, hi])
+
+
+def model_name(llm_cfg) -> str:
+    """The model an llm config talks to: the served name on a server, else the configured model."""
+    return str(llm_cfg.get("served_model_name") or llm_cfg.model)
+
+
+def judge_identity(cfg: DictConfig) -> dict:
+    """Which model judges the win rates: ``judge_llm`` (any llm preset, mounted as ``llm@judge_llm``) or, when it
+    is null, the generator itself — flagged, since the paper used a separate judge (Qwen1.5-72B-chat, §4.1)."""
+    judge_cfg = cfg.get("judge_llm")
+    generator = model_name(cfg.llm)
+    if judge_cfg is None:
+        return {"model": generator, "backend": str(cfg.llm.backend), "same_as_generator": True, "configured": False}
+    name = model_name(judge_cfg)
+    return {"model": name, "backend": str(judge_cfg.backend), "same_as_generator": name == generator,
+            "configured": True}
 
 
 def _round_json(results: Sequence[StepResult]) -> dict:
@@ -307,9 +337,15 @@ def _fmt(x: float | None, pct: bool = False) -> str:
 
 
 def report_markdown(results: list[dict], meta: dict) -> str:
+    judge = meta["judge"]
+    if judge["same_as_generator"]:
+        judge_s = (f"win-rate judge: `{judge['model']}` — **judge = generator**: the answers are judged by the "
+                   "model that wrote them (the paper used a separate judge, Qwen1.5-72B-chat; "
+                   "`llm@judge_llm=<preset>` sets one)")
+    else:
+        judge_s = f"win-rate judge: `{judge['model']}` ({judge['backend']} backend), not the generator"
     lines = ["# AcademicEval: Thought-Retriever vs baselines", "",
-             f"LLM: `{meta['llm']}` (answers and judge: the same model — a small judge, read win rates accordingly; "
-             f"judge mode: {meta['judge_mode']}); "
+             f"LLM: `{meta['llm']}`; {judge_s}; judge mode: {meta['judge_mode']}; "
              f"embedder: `{meta['embedder']}`; K = {meta['top_k']}, token budget {meta['token_budget']}, "
              f"chunk size {meta['chunk_size']}, ε = {meta['epsilon']}, filter = {meta['filter_mode']}, "
              f"retriever = {meta['retriever']}, full-context budget {meta['full_context_tokens']}.", ""]
@@ -367,9 +403,12 @@ def evaluate(cfg: DictConfig) -> dict:
     tcfg = thought_config(cfg.thought)
     embedder = build_embedder(cfg.embedder)
     llm = build_llm(cfg.llm)
+    generator_name = getattr(llm, "model_id", str(cfg.llm.model))
     memory = Memory(out / "memory", dim=embedder.dim, index=tcfg.index, hnsw_m=tcfg.hnsw_m)
     stages = Stages(out / "stages")
-    results = []
+    judge_info = judge_identity(cfg)
+    results, cases_of = [], []
+    generator_open = True
     try:
         tr = ThoughtRetriever(llm, embedder, memory, tcfg)
         for ds in cfg.datasets:
@@ -380,22 +419,44 @@ def evaluate(cfg: DictConfig) -> dict:
             if not cases:
                 raise ValueError(f"dataset {ds.name}: no cases in {path}")
             results.append(evaluate_dataset(tr, str(ds.name), cases, cfg, stages))
+            cases_of.append(cases)
             memory.save()
         stats = dict(tr.stats)
+        if cfg.judge.enabled:
+            judge_cfg = cfg.get("judge_llm")
+            separate: list = []  # the judge model, built on first use (a resumed run may need no verdict at all)
+
+            def judge():
+                if judge_cfg is None or judge_cfg == cfg.llm:
+                    return llm
+                if not separate:
+                    # a separate judge (e.g. a 72B model) starts only once the generator has released its GPUs
+                    nonlocal generator_open
+                    llm.close()
+                    generator_open = False
+                    separate.append(build_llm(judge_cfg))
+                return separate[0]
+            try:
+                for res, cases in zip(results, cases_of):
+                    judge_dataset(judge, judge_info["model"], res, cases, cfg, stages)
+            finally:
+                for j in separate:
+                    j.close()
     finally:
         memory.close()
-        llm.close()
-    meta = {"llm": getattr(llm, "model_id", str(cfg.llm.model)), "embedder": str(cfg.embedder.model),
+        if generator_open:
+            llm.close()
+    meta = {"llm": generator_name, "embedder": str(cfg.embedder.model),
             "top_k": tcfg.top_k, "token_budget": tcfg.token_budget, "chunk_size": tcfg.chunk_size,
             "epsilon": tcfg.epsilon, "filter_mode": tcfg.filter_mode, "retriever": tcfg.retriever,
             "full_context_tokens": int(cfg.full_context_tokens), "thought_stats": stats,
-            "judge_mode": str(cfg.judge.mode),
+            "judge_mode": str(cfg.judge.mode), "judge": judge_info,
             "config": OmegaConf.to_container(cfg.thought, resolve=True)}
     figures = {"self_evolution": str(plot_curves(results, out / "self_evolution.png")),
                "abstraction": str(plot_abstraction(results, out / "abstraction_levels.png")),
                "precision_recall": str(plot_precision_recall(results, out / "precision_recall.png"))}
     report = {"meta": meta, "figures": figures,
-              "datasets": [{k: v for k, v in r.items() if k != "per_case"} for r in results]}
+              "datasets": [{k: v for k, v in r.items() if k not in ("per_case", "answers")} for r in results]}
     (out / "results.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     with open(out / "answers.jsonl", "w", encoding="utf-8") as f:
         for r in results:

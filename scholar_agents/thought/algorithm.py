@@ -1,18 +1,21 @@
-"""Algorithm 1 (Thought-Retriever inference), batched.
+"""Algorithm 1 (Thought-Retriever inference): sequential by default, batched as a named fast path.
 
-For a batch of queries: retrieve top-K from chunks ∪ thoughts and pack them into the token budget (line 3),
+For a step of queries: retrieve top-K from chunks ∪ thoughts and pack them into the token budget (line 3),
 generate the answers (line 4), generate thought + binary confidence with the Figure 3 prompt (line 6), then
 merge the memory updates **in query order** (lines 7-8): a thought is stored only when it is confident and its
-maximum cosine to every item already in memory — including thoughts stored earlier in the same batch — is
-below ε. ``batch_size = 1`` is Algorithm 1 exactly; larger batches let queries of one batch not see each
-other's thoughts, which is what makes the LLM calls batchable (vLLM, data parallel) while the resulting
-memory stays a deterministic function of the query order.
+maximum cosine to every item already in memory — including thoughts stored earlier in the same step — is
+below ε. ``batch_size = 1`` (the paper) is Algorithm 1 exactly: a step holds one query, or several consecutive
+queries whose scopes are pairwise disjoint (none can read or write what another one touches, so batching their
+LLM calls changes nothing). ``batch_size > 1`` (``thought=fast``, ours) lets queries of one step not see each
+other's thoughts, which is what makes the LLM calls batchable (vLLM, data parallel) while the resulting memory
+stays a deterministic function of the query order.
 
 The merge step takes only ``StepResult`` records, so shards that answered against a frozen memory snapshot
 (other GPUs, other Slurm tasks) are merged by the same code (``commit``).
 
 Variants (``filter_mode``): ``insertion`` (the paper), ``retrieval`` (the official code: confident thoughts
-always stored, near-duplicates dropped at retrieval among K x factor candidates), ``none`` (w/o Filter, §4.5).
+always stored, near-duplicates dropped at retrieval among K x factor candidates), ``none`` (w/o Filter, §4.5:
+no confidence is generated — Figure 3 without Step 1 — and every generated thought is stored, unchecked).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from scholar_agents.thought.memory import KINDS, Memory
 from scholar_agents.thought.packing import PackedContext, pack, pack_full_context
 from scholar_agents.thought.prompts import answer_prompt, thought_prompt
 from scholar_agents.thought.retrievers import Retriever, build_retriever
-from scholar_agents.thought.thought_parser import parse_thought
+from scholar_agents.thought.thought_parser import parse_passage, parse_thought
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +97,34 @@ def llm_replicas(llm_cfg) -> int:
 
 
 def queries_per_step(cfg: ThoughtConfig, llm_cfg) -> int:
-    """``thought.batch_size`` is per replica: a step advances ``batch_size x replicas`` queries, so 8 vLLM
-    replicas each get ``batch_size`` prompts per call, not 1 (and one replica keeps the configured size:
-    ``batch_size = 1`` on one engine is still Algorithm 1 exactly)."""
+    """``thought.batch_size = 1`` is Algorithm 1: one query per step, however many replicas the engine has.
+    Above 1 (the fast path) it is per replica: a step advances ``batch_size x replicas`` queries, so 8 vLLM
+    replicas each get ``batch_size`` prompts per call."""
+    if cfg.batch_size == 1:
+        return 1
     return cfg.batch_size * llm_replicas(llm_cfg)
+
+
+# Queries per engine replica in one call when the memory is frozen (phase=answer shards): the answers do not depend
+# on it; it sets how often a shard writes its results (resume granularity).
+FROZEN_STEP_PER_REPLICA = 8
+
+
+def sequential_steps(queries: Sequence[Query]) -> list[list[Query]]:
+    """Algorithm 1's order in as few LLM calls as it allows: consecutive queries share a step while their scope
+    sets are pairwise disjoint (retrieval, the redundancy check and the insertion of a query touch only its own
+    scopes, so no query of the step could have seen another one's thought); a query that shares a scope with the
+    step starts the next one."""
+    steps: list[list[Query]] = []
+    touched: set[str] = set()
+    for q in queries:
+        scopes = set(q.scopes)
+        if not steps or touched & scopes:
+            steps.append([])
+            touched = set()
+        steps[-1].append(q)
+        touched |= scopes
+    return steps
 
 
 class ThoughtRetriever:
@@ -211,10 +238,12 @@ class ThoughtRetriever:
             if r.answer_finish == "prompt_too_long":
                 r.parse_status = "not_answered"
         results = [r for r in results if r.answer_finish != "prompt_too_long"]
-        prompts = [_chat(thought_prompt(r.query, r.answer, self.cfg.thought_prompt)) for r in results]
+        # w/o Filter (§4.5) removes the confidence generation: no verdict is asked for, every passage is a thought
+        confidence = self.cfg.filter_mode != "none"
+        prompts = [_chat(thought_prompt(r.query, r.answer, self.cfg.thought_prompt, confidence)) for r in results]
         params = SamplingParams(max_new_tokens=self.cfg.thought_max_new_tokens, temperature=self.cfg.temperature)
         for r, g in zip(results, self.llm.generate(prompts, params)):
-            parsed = parse_thought(g.text)
+            parsed = parse_thought(g.text) if confidence else parse_passage(g.text)
             r.thought, r.confidence, r.parse_status = parsed.thought, parsed.confidence, parsed.status
             self.stats[f"parse_{parsed.status}"] += 1
             if parsed.status == "malformed":
@@ -225,7 +254,7 @@ class ThoughtRetriever:
     def _accepts(self, r: StepResult) -> tuple[bool, str]:
         if not r.thought:
             return False, "not_confident" if r.confidence == 0 else "malformed"
-        if self.cfg.filter_mode == "none":  # w/o Filter: no confidence check
+        if self.cfg.filter_mode == "none":  # w/o Filter: no confidence check (whatever verdict a reply carried)
             return True, ""
         if r.confidence == 1:
             return True, ""
@@ -278,12 +307,24 @@ class ThoughtRetriever:
             self.commit(results)
         return results
 
-    def run(self, queries: Iterable[Query], update: bool = True, progress: bool = True) -> list[StepResult]:
+    def steps(self, queries: Sequence[Query], update: bool = True) -> list[list[Query]]:
+        """How ``queries`` are split into steps: Algorithm 1's order (``sequential_steps``) when ``batch_size``
+        is 1 and the memory is updated as we go, else fixed chunks of ``queries_per_step`` (the fast path).
+        Without updates (sharded answers against a frozen memory) no query can see another's thought whatever
+        the chunks, so they take at least ``FROZEN_STEP_PER_REPLICA`` queries per engine replica."""
         queries = list(queries)
+        if self.batch_size == 1 and update:
+            return sequential_steps(queries)
+        n = self.batch_size
+        if not update:
+            replicas = llm_replicas(getattr(self.llm, "cfg", None))
+            n = max(n, FROZEN_STEP_PER_REPLICA * replicas)
+        return [queries[i:i + n] for i in range(0, len(queries), n)]
+
+    def run(self, queries: Iterable[Query], update: bool = True, progress: bool = True) -> list[StepResult]:
         out: list[StepResult] = []
-        bs = self.batch_size
-        for start in tqdm(range(0, len(queries), bs), desc="thought-retriever", disable=not progress,
-                          unit="batch"):
-            out.extend(self.step(queries[start:start + bs], update=update))
+        for step in tqdm(self.steps(list(queries), update), desc="thought-retriever", disable=not progress,
+                         unit="step"):
+            out.extend(self.step(step, update=update))
         self.memory.save()
         return out

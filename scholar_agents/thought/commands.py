@@ -194,8 +194,7 @@ def run(cfg: DictConfig) -> dict:
             path = shard_dir / f"shard-{shard}-of-{n_shards}.jsonl"
             done = {r["result"]["query_id"] for r in read_jsonl(path)} if path.exists() else set()
             todo = [q for q in queries if q.id not in done]
-            for start in range(0, len(todo), tr.batch_size):
-                batch = todo[start:start + tr.batch_size]
+            for batch in tr.steps(todo, update=False):
                 _write_jsonl(path, [{"order": order[r.query_id], "result": r.to_dict()}
                                     for r in tr.step(batch, update=False)])
             summary.update(shard=shard, answered=len(todo), skipped_done=len(done), queries_per_step=tr.batch_size)
@@ -215,8 +214,8 @@ def run(cfg: DictConfig) -> dict:
         done = {r["query_id"] for r in read_jsonl(answers_path)} if answers_path.exists() else set()
         todo = [q for q in queries if q.id not in done]
         results = []
-        for start in range(0, len(todo), tr.batch_size):
-            batch = tr.step(todo[start:start + tr.batch_size], update=True)
+        for step in tr.steps(todo):  # Algorithm 1's order (thought.batch_size=1) or the fast path's batches
+            batch = tr.step(step, update=True)
             _write_jsonl(answers_path, [r.to_dict() for r in batch])
             results += batch
         memory.save()

@@ -45,7 +45,8 @@ class ThoughtConfig:
     epsilon: float = 0.85  # ε: a thought whose max cosine to memory is >= ε is redundant (§4.1)
     # insertion: the paper (redundancy checked when a thought is inserted, confident thoughts only);
     # retrieval: the official code (every confident thought stored; near-duplicates dropped while retrieving);
-    # none: the "w/o Filter" ablation of §4.5 (no confidence check, no redundancy check).
+    # none: the "w/o Filter" ablation of §4.5 ("we remove the confidence generation and thought merge"): the thought
+    # prompt asks for no verdict (Figure 3 without Step 1) and every generated passage is stored, unchecked.
     filter_mode: str = "insertion"
     # filter_mode=retrieval: K * this many candidates are de-duplicated (the official code's `recall_coe`)
     retrieval_candidates_factor: int = 5
@@ -58,12 +59,15 @@ class ThoughtConfig:
     answer_max_new_tokens: int = 256
     thought_max_new_tokens: int = 256
     temperature: float = 0.0  # the official code decodes greedily (tau = 0)
-    # ---- batching (served mode) ----
-    # Queries advanced together through retrieval -> answer -> thought, PER ENGINE REPLICA: a step takes
-    # batch_size x llm.data_parallel_size queries on the vLLM backend (algorithm.queries_per_step), so every GPU
-    # gets batch_size prompts per call. Their memory updates are then merged in query order. 1 on one engine
-    # reproduces Algorithm 1 exactly (each query sees every earlier thought).
-    batch_size: int = 8
+    # ---- batching ----
+    # 1 (the paper, Algorithm 1): queries are answered one after another and each sees every thought stored by
+    # the queries before it, whatever the engine's replicas; consecutive queries whose scopes are disjoint share
+    # one LLM call (they cannot see each other's thoughts anyway, so the result is Algorithm 1's).
+    # > 1 (the fast path, thought=fast; ours, deviates from Algorithm 1): this many queries PER ENGINE REPLICA
+    # advance together (batch_size x llm.data_parallel_size per step on the vLLM backend,
+    # algorithm.queries_per_step) and queries of one step do not see each other's thoughts; their memory updates
+    # are merged in query order, so the memory is still a deterministic function of the query order.
+    batch_size: int = 1
     prequery: PreQueryConfig = field(default_factory=PreQueryConfig)
 
     def __post_init__(self) -> None:

@@ -24,6 +24,13 @@ FIGURE3_THOUGHT = (
     "Step 2: If it is a valid answer, succinctly summarize both the question and answer into a coherent "
     "knowledge point, forming a fluent passage."
 )
+# filter_mode=none, the "w/o Filter" ablation (§4.5: "we remove the confidence generation and thought merge"): Step 2
+# of Figure 3 alone, so every generated passage is a thought; no 0/1 verdict is asked for.
+NO_CONFIDENCE_THOUGHT = (
+    "Input: Given question:{question}, given answer:{answer}. Based on the provided question and its "
+    "corresponding answer, succinctly summarize both the question and answer into a coherent knowledge point, "
+    "forming a fluent passage."
+)
 # thought_prompt=structured (ours): the same instructions with a fixed, parseable answer layout.
 STRUCTURED_SUFFIX = (
     "\n\nWrite your output in exactly this form:\n"
@@ -149,7 +156,10 @@ def answer_prompt(task: str, question: str, context: str, fields: dict | None = 
     raise ValueError(f"unknown task {task!r}; expected qa | abstract | related")
 
 
-def thought_prompt(question: str, answer: str, style: str = "figure3") -> str:
+def thought_prompt(question: str, answer: str, style: str = "figure3", confidence: bool = True) -> str:
+    """Figure 3 (thought + confidence); ``confidence=False`` is the w/o-Filter ablation's prompt (no Step 1)."""
+    if not confidence:
+        return NO_CONFIDENCE_THOUGHT.format(question=question, answer=answer)
     prompt = FIGURE3_THOUGHT.format(question=question, answer=answer)
     if style == "structured":
         return prompt + STRUCTURED_SUFFIX

@@ -58,6 +58,13 @@ def _finish(conf: int | None, thought: str) -> ParsedThought:
     return ParsedThought(None, thought, "malformed")
 
 
+def parse_passage(reply: str | None) -> ParsedThought:
+    """A reply to the w/o-Filter prompt (no verdict asked): the whole reply, labels stripped, is the thought
+    (``ok``); only an empty reply or a bare digit is ``malformed``."""
+    thought = _clean((reply or "").strip())
+    return ParsedThought(None, thought, "ok" if thought else "malformed")
+
+
 def parse_thought(reply: str | None) -> ParsedThought:
     text = (reply or "").strip()
     if not text:

@@ -10,7 +10,9 @@ One PPO step, per process (``torchrun`` runs one per device; every process rolls
    every action's state and at the S_{q+p_j} states of the papers each action added; then R̂ (Eq. 3) and
    Â = R̂ − V̂ (Eq. 4) — or the official code's GAE (``ppo.estimator=gae``);
 4. **update** (``timing_s/update``): ``ppo_epochs`` passes over the sessions in minibatches of
-   ``forward_batch_size × grad_accum`` sessions; L = L_policy (Eq. 5) + η·L_value (Eqs. 6–7) (Eq. 8). For the first
+   ``forward_batch_size × grad_accum`` sessions; L = L_policy (Eq. 5) + η·L_value (Eqs. 6–7) (Eq. 8), each a mean
+   over the minibatch's tokens (all forward batches, all processes: a token weighs the same however the minibatch
+   is split). For the first
    ``policy_freeze_steps`` steps the policy is frozen (its learning rate is 0 and its forward pass is skipped) and
    only the value model learns (§5.1);
 5. sync the rollout engine's weights, log (JSONL, wandb, ``training_curves.png``), checkpoint, poll for preemption.
@@ -668,29 +670,33 @@ class PPOTrainer:
                frozen: bool) -> dict:
         """``ppo_epochs`` passes of clipped PPO over the sessions (Eqs. 5–8), in minibatches of at most
         ``forward_batch_size × grad_accum`` sessions. Every process runs the same number of minibatches (the largest
-        any process needs), and each minibatch's gradient is the mean over ALL its forward batches, wherever they ran
-        — what one process holding the whole global batch would compute."""
+        any process needs). Each minibatch's loss is a mean over ALL its tokens, wherever they ran: the policy loss
+        over its response tokens, the value loss over its value-target tokens, both counted over every forward batch
+        and every process (one all-reduce per epoch) — so a token weighs the same whatever ``forward_batch_size``,
+        ``grad_accum`` and the number of processes, and the gradient is what one process holding the whole global
+        batch in one forward batch would compute."""
         p = self.pcfg
         self.model.train()
         n_local = len(samples)
         counts = self._all_gather_int(n_local)
         n_mb = max(1, max(math.ceil(c / (p.forward_batch_size * p.grad_accum)) for c in counts))
-        # forward batches in minibatch k, summed over processes: the divisor of the averaged gradient
-        micro_counts = [sum(math.ceil(len(split_even(range(c), n_mb)[k]) / p.forward_batch_size) for c in counts)
-                        for k in range(n_mb)]
         sums: dict[str, float] = {}
         n_terms = 0
         grad_norms = []
         for epoch in range(p.ppo_epochs):
             g = torch.Generator().manual_seed(p.seed * 1_000_003 + step * 101 + epoch * 7 + self.rank)
             perm = torch.randperm(n_local, generator=g).tolist()
-            for k, mb in enumerate(split_even(perm, n_mb)):
+            minibatches = split_even(perm, n_mb)
+            tokens = self._minibatch_tokens(minibatches, samples, targets)
+            for k, mb in enumerate(minibatches):
+                n_tokens, n_value_tokens = tokens[k]
                 micros = [(m, 1.0) for m in _chunks(mb, p.forward_batch_size)]
                 if self.deepspeed:
                     # DeepSpeed counts backward passes to find its accumulation boundary: every process runs exactly
                     # grad_accum of them, padding with zero-weight repeats (a dummy batch on a process with no
-                    # session in this minibatch); it divides by world × grad_accum.
-                    scale = self.world * p.grad_accum / micro_counts[k]
+                    # session in this minibatch); it divides by world × grad_accum, which the weight undoes (each
+                    # loss is already divided by the minibatch's global token counts).
+                    scale = float(self.world * p.grad_accum)
                     pad = micros[0][0] if micros else []
                     micros = [(m, scale) for m, _ in micros] + [(pad, 0.0)] * (p.grad_accum - len(micros))
                 for micro, weight in micros:
@@ -699,14 +705,15 @@ class PPOTrainer:
                     else:
                         loss, d = self._micro_loss([samples[i] for i in micro], [targets[i] for i in micro],
                                                    [batch["logp_old"][i] for i in micro],
-                                                   [batch["values_old"][i] for i in micro], frozen)
+                                                   [batch["values_old"][i] for i in micro], frozen,
+                                                   n_tokens=n_tokens, n_value_tokens=n_value_tokens)
                     if self.deepspeed:
                         # DeepSpeed's own API (accelerate's backward would mark every pass as a boundary): backward
                         # scales by 1/grad_accum, step() steps the optimizer every grad_accum-th pass
                         self.model.backward(loss * weight)
                         self.model.step()
                     else:
-                        (loss / micro_counts[k]).backward()
+                        loss.backward()  # summed over processes in _sync_and_step
                     if weight:
                         for key, val in d.items():
                             sums[key] = sums.get(key, 0.0) + val
@@ -720,7 +727,24 @@ class PPOTrainer:
         stats["update/minibatches"] = n_mb * p.ppo_epochs
         return stats
 
-    def _micro_loss(self, samples, targets, logp_old, values_old, frozen: bool) -> tuple[torch.Tensor, dict]:
+    def _minibatch_tokens(self, minibatches: list[list[int]], samples: list[SessionSample],
+                          targets: list[SessionTargets]) -> list[tuple[float, float]]:
+        """(response tokens, value-target tokens) of each minibatch, summed over every process: the divisors of
+        its policy and value losses. One all-reduce for all of an epoch's minibatches."""
+        local = [[float(sum(len(samples[i].response_ids) for i in mb)),
+                  float(sum(targets[i].value_mask.sum() for i in mb))] for mb in minibatches]
+        t = torch.tensor(local, dtype=torch.float64, device=self.device).reshape(len(minibatches), 2)
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(t)
+        return [(float(a), float(b)) for a, b in t.tolist()]
+
+    def _micro_loss(self, samples, targets, logp_old, values_old, frozen: bool, n_tokens: float | None = None,
+                    n_value_tokens: float | None = None) -> tuple[torch.Tensor, dict]:
+        """Eq. 8 on one forward batch. ``n_tokens`` / ``n_value_tokens``: the minibatch's response / value-target
+        tokens over all processes (the losses are sums over this batch's tokens divided by them); ``None`` = this
+        batch's own means. The logged losses are this batch's means either way."""
         p = self.pcfg
         b = pack([(s.prompt_ids, s.response_ids) for s in samples], self.tokenizer.pad_token_id, self.device)
         W = b.width
@@ -733,16 +757,20 @@ class PPOTrainer:
             logits, v = self.model(b.input_ids, b.attention_mask, b.position_ids, n_logits=W + 1,
                                    with_policy=not frozen, with_value=True, freeze_shared_backbone=frozen)
         values = response_values(v, W)
-        l_value, vd = value_loss(values, v_old, ret, vmask, p.value_clip_eps)
-        d = {"critic/vf_loss": l_value.item(), "critic/vf_clipfrac": vd["vf_clipfrac"].item()}
+        # the share of the minibatch's tokens this batch holds: turns the normalised losses back into batch means
+        v_share = 1.0 if n_value_tokens is None else float(vmask.sum()) / max(n_value_tokens, 1.0)
+        share = 1.0 if n_tokens is None else float(mask.sum()) / max(n_tokens, 1.0)
+        l_value, vd = value_loss(values, v_old, ret, vmask, p.value_clip_eps, n_tokens=n_value_tokens)
+        d = {"critic/vf_loss": l_value.item() / max(v_share, 1e-12), "critic/vf_clipfrac": vd["vf_clipfrac"].item()}
         if frozen:
             return p.eta * l_value, d
         logp = response_logprobs(logits, b.response_ids)
-        l_policy, pd = policy_loss(logp, to_grid(logp_old, W, self.device), adv, mask, p.clip_eps)
-        ent = masked_mean(response_entropy(logits.detach() if p.entropy_coef == 0 else logits), mask)
+        l_policy, pd = policy_loss(logp, to_grid(logp_old, W, self.device), adv, mask, p.clip_eps, n_tokens=n_tokens)
+        ent = masked_mean(response_entropy(logits.detach() if p.entropy_coef == 0 else logits), mask, n_tokens)
         loss = total_loss(l_policy, l_value, p.eta) - p.entropy_coef * ent  # Eq. 8
-        d.update({"actor/pg_loss": l_policy.item(), "actor/approx_kl": pd["approx_kl"].item(),
-                  "actor/clipfrac": pd["clipfrac"].item(), "actor/entropy": ent.item(), "loss/total": loss.item()})
+        pg, ent_mean = l_policy.item() / max(share, 1e-12), ent.item() / max(share, 1e-12)
+        d.update({"actor/pg_loss": pg, "actor/approx_kl": pd["approx_kl"].item(), "actor/clipfrac": pd["clipfrac"].item(),
+                  "actor/entropy": ent_mean, "loss/total": pg + p.eta * d["critic/vf_loss"] - p.entropy_coef * ent_mean})
         return loss, d
 
     def _dummy_loss(self, frozen: bool) -> torch.Tensor:
