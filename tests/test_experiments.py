@@ -128,8 +128,9 @@ def test_paper_values(cluster_env):
     ev = experiment_table.compose("eval_pasa", ["experiment=pasa_eval"])
     assert (ev.llm.model, ev.selector_llm.model) == ("bytedance-research/pasa-7b-crawler",
                                                      "bytedance-research/pasa-7b-selector")
+    assert ev.crawler.env.prompt_style == "official"  # the released crawler's own wording and stop tokens
     ours = experiment_table.compose("eval_pasa", ["experiment=pasa_eval_ours"])
-    assert ours.llm.model.endswith("exported/pasa-crawler-7b")
+    assert ours.llm.model.endswith("exported/pasa-crawler-7b") and ours.crawler.env.prompt_style == "paper"
     assert ours.selector_llm.model.endswith("checkpoints/pasa_selector_sft/final")
     tr = experiment_table.compose("eval_academiceval", ["experiment=thought_academiceval"])
     assert (tr.thought.chunk_size, tr.thought.top_k, tr.thought.epsilon, tr.thought.token_budget) == (500, 8, 0.85, 2000)
