@@ -518,6 +518,14 @@ def run_sft(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = 
             # The callback made the Trainer save checkpoint-<step> and stop early; final/ is not written.
             log.warning("preemption (%s): checkpointed at step %d in %s; leaving for requeue",
                         ",".join(handler.received) or "another rank", trainer.state.global_step, output_dir)
+            if "wandb" in trainer.args.report_to:
+                # Close the run before the requeue: the requeued job resumes the same run id, and wandb refuses an
+                # id whose previous stream is still being written ("run ID ... is in use"; seen under load).
+                import wandb
+
+                if wandb.run is not None:
+                    wandb.run.mark_preempting()
+                wandb.finish()
             handler.exit_for_requeue()
         summary = {
             **info,
