@@ -73,17 +73,37 @@ class OutputConstraint:
         assert self.choices is not None
         return "root ::= " + " | ".join(ebnf_literal(c) for c in self.choices)
 
+    def json_ebnf(self) -> str:
+        """The JSON schema as xgrammar's EBNF, with no whitespace between tokens beyond ", " and ": "."""
+        import xgrammar as xgr
+
+        return str(xgr.Grammar.from_json_schema(self.json_schema, any_whitespace=False))
+
     def vllm_structured_outputs(self) -> dict[str, Any]:
         """Keyword arguments of ``vllm.sampling_params.StructuredOutputsParams`` (vLLM 0.32), also the body of
         the OpenAI server's ``structured_outputs`` extension."""
         if self.json_schema is not None:
-            # No free whitespace between JSON tokens: a weak model otherwise fills max_new_tokens with spaces.
-            return {"json": self.schema, "disable_any_whitespace": True}
+            # As xgrammar's EBNF without free whitespace between JSON tokens (a weak model otherwise fills
+            # max_new_tokens with blank lines): vLLM 0.32's xgrammar backend ignores the per-request
+            # `disable_any_whitespace` (only the engine-wide setting counts), so the schema goes as a grammar.
+            try:
+                return {"grammar": self.json_ebnf()}
+            except ImportError:  # an openai-backend client without xgrammar: the server's own whitespace rule
+                return {"json": self.schema}
         if self.regex is not None:
             return {"regex": self.regex}
         if self.choices is not None:
             return {"choice": list(self.choices)}
         return {"grammar": self.grammar}
+
+
+def json_text(min_chars: int = 0, max_chars: int = 200) -> dict[str, Any]:
+    """A JSON-schema string of ``min_chars..max_chars`` plain characters. Written as a ``pattern`` rather than
+    ``minLength``/``maxLength``: xgrammar 0.2.8 (also inside vLLM) compiles a length-capped string to a character
+    class that lets raw control characters through, which ``json.loads`` then rejects (measured on the tiny model)."""
+    if not 0 <= min_chars <= max_chars:
+        raise ValueError(f"need 0 <= min_chars <= max_chars, got {min_chars}, {max_chars}")
+    return {"type": "string", "pattern": f"^[^\"\\\\\\x00-\\x1f]{{{min_chars},{max_chars}}}$"}
 
 
 def ebnf_literal(text: str) -> str:

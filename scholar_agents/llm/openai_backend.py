@@ -150,11 +150,17 @@ class OpenAIBackend(LLM):
             "skip_special_tokens": True,
             "add_special_tokens": isinstance(prompt, str),
         }
-        if params.constraint is not None:
-            payload.update(self._constraint_fields(params.constraint))
-        payload = {k: v for k, v in payload.items() if v is not None}
+        base = {k: v for k, v in payload.items() if v is not None}
+        payload = {**base, **self._constraint_fields(params.constraint)} if params.constraint is not None else base
         try:
             data = self._request("POST", "completions", payload)
+        except ServerError as e:
+            if "structured_outputs" not in payload or "HTTP 400" not in str(e) or "structured_outputs" not in str(e):
+                raise
+            # Not a vLLM server: the standard `response_format` for a JSON schema, free generation otherwise.
+            self._structured_extension = False
+            warn_unconstrained("openai", params.constraint.kind, f"server rejected `structured_outputs`: {e}")
+            data = self._request("POST", "completions", {**base, **self._constraint_fields(params.constraint)})
         except ServerError as e:
             if "structured_outputs" not in payload or "HTTP 400" not in str(e) or "structured_outputs" not in str(e):
                 raise
@@ -182,18 +188,17 @@ class OpenAIBackend(LLM):
         return Generation(prompt_text=text, prompt_token_ids=list(prompt_ids), completions=comps)
 
     def _constraint_fields(self, constraint: OutputConstraint) -> dict[str, Any]:
-        """Request fields for a constraint: OpenAI's standard ``response_format`` for a JSON schema, plus vLLM's
-        ``structured_outputs`` extension (regex / choice / EBNF, and JSON without free whitespace)."""
-        fields: dict[str, Any] = {}
-        if constraint.json_schema is not None:
-            fields["response_format"] = {"type": "json_schema",
-                                         "json_schema": {"name": "output", "schema": constraint.schema,
-                                                         "strict": True}}
+        """Request fields for a constraint: vLLM's ``structured_outputs`` extension (every kind; JSON as a grammar
+        without free whitespace), or, on a server without it, OpenAI's standard ``response_format`` for a JSON
+        schema (vLLM would refuse both at once: they are two constraints to it)."""
         if self._structured_extension:
-            fields["structured_outputs"] = constraint.vllm_structured_outputs()
-        elif constraint.json_schema is None:
-            warn_unconstrained("openai", constraint.kind, "the server has no `structured_outputs` extension")
-        return fields
+            return {"structured_outputs": constraint.vllm_structured_outputs()}
+        if constraint.json_schema is not None:
+            return {"response_format": {"type": "json_schema",
+                                        "json_schema": {"name": "output", "schema": constraint.schema,
+                                                        "strict": True}}}
+        warn_unconstrained("openai", constraint.kind, "the server has no `structured_outputs` extension")
+        return {}
 
     # ---- scoring ----
 

@@ -9,6 +9,7 @@ paper offers nothing, which drops it).
 from __future__ import annotations
 
 from scholar_agents.llm.base import ChatMessages
+from scholar_agents.llm.constraints import OutputConstraint
 
 # ---- Table 5: τ1, summary then background ("motivations") and ideas ("details"), one two-turn chat ----
 
@@ -323,3 +324,32 @@ DIRECT_USER = """Propose 3 to 4 novel research ideas that address the following 
 
 def direct_ideas(background: str) -> ChatMessages:
     return [{"role": "system", "content": DIRECT_SYSTEM}, {"role": "user", "content": DIRECT_USER.format(background=background)}]
+
+
+# ---- output formats: each prompt's answer shape as an OutputConstraint (applied when scipip.*.constrained) ----
+# The shapes are the prompts' own templates, written so that output_parsers.py parses them unchanged; lengths are
+# capped so a weak model cannot spend max_new_tokens inside one field. Constraining fixes the form, not the content.
+
+_CLAUSE = r"[^.\n]{8,150}"  # one clause of a template sentence: no full stop, no line break
+_ITEM = r"[^.\n]{10,120}"  # one numbered item of Table 5's second turn
+_WORD = r"[A-Za-z][A-Za-z0-9-]{0,19}"
+_KEYWORD = rf"{_WORD}( {_WORD}){{1,4}}"  # τ2: 2-5 words
+
+SUMMARY_FORMAT = OutputConstraint(regex=rf"The problem of {_CLAUSE} can be addressed by {_CLAUSE}\.")
+DETAILS_FORMAT = OutputConstraint(
+    regex=rf"Motivations: 1\. {_ITEM}\. 2\. {_ITEM}\.\nDetails: 1\. {_ITEM}\. 2\. {_ITEM}\. 3\. {_ITEM}\.")
+# τ3 and Table 12: prose without the section titles the prompt forbids (markdown headers), at least a sentence.
+METHOD_FORMAT = OutputConstraint(regex=r"[A-Z][^#]{80,1200}")
+
+
+def keywords_format(max_num: int = 5) -> OutputConstraint:
+    """τ2's "entity1, entity2, ...": 1..max_num entities of 2-5 words."""
+    return OutputConstraint(regex=rf"{_KEYWORD}(, {_KEYWORD}){{0,{max(0, max_num - 1)}}}")
+
+
+def ideas_format(min_ideas: int, max_ideas: int) -> OutputConstraint:
+    """Tables 9-11's "**Idea N**: ..." lines, N counting from 1, each idea a few sentences on one line."""
+    line = r"[^\n*]{20,400}"
+    required = "".join(rf"\*\*Idea {i}\*\*: {line}\n" for i in range(1, min_ideas + 1))
+    optional = "".join(rf"(\*\*Idea {i}\*\*: {line}\n" for i in range(min_ideas + 1, max_ideas + 1))
+    return OutputConstraint(regex=required + optional + ")?" * (max_ideas - min_ideas))
