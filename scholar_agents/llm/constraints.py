@@ -100,10 +100,21 @@ class OutputConstraint:
 def json_text(min_chars: int = 0, max_chars: int = 200) -> dict[str, Any]:
     """A JSON-schema string of ``min_chars..max_chars`` plain characters. Written as a ``pattern`` rather than
     ``minLength``/``maxLength``: xgrammar 0.2.8 (also inside vLLM) compiles a length-capped string to a character
-    class that lets raw control characters through, which ``json.loads`` then rejects (measured on the tiny model)."""
+    class that lets raw control characters through, which ``json.loads`` then rejects (measured on the tiny model).
+    Its regex compiler also fails on a bounded repeat above ~128, so long caps are written as several repeats."""
     if not 0 <= min_chars <= max_chars:
         raise ValueError(f"need 0 <= min_chars <= max_chars, got {min_chars}, {max_chars}")
-    return {"type": "string", "pattern": f"^[^\"\\\\\\x00-\\x1f]{{{min_chars},{max_chars}}}$"}
+    char = '[^"\\\\\\x00-\\x1f]'
+    first = min(max(min_chars, _MAX_REPEAT), max_chars)
+    parts = [f"{char}{{{min_chars},{first}}}"]
+    rest = max_chars - first
+    while rest > 0:
+        parts.append(f"{char}{{0,{min(rest, _MAX_REPEAT)}}}")
+        rest -= _MAX_REPEAT
+    return {"type": "string", "pattern": "^" + "".join(parts) + "$"}
+
+
+_MAX_REPEAT = 100
 
 
 def ebnf_literal(text: str) -> str:

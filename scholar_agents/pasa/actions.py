@@ -162,7 +162,7 @@ def render_response(kind: str, arguments: Sequence[str]) -> str:
 
 # ---- the same grammar as a decoding constraint (crawler.policy.constrained) ----
 
-QUERY_MAX_CHARS = 80  # one [Search] query: a short keyword query, never an action token or a line break
+QUERY_MAX_CHARS = 60  # one [Search] query: a short keyword query, never an action token or a line break
 
 
 def action_constraint(kind: str, sections: Sequence[str] = (), max_actions: int = 6) -> OutputConstraint:
@@ -176,7 +176,7 @@ def action_constraint(kind: str, sections: Sequence[str] = (), max_actions: int 
         raise ValueError(f"max_actions must be >= 1, got {max_actions}")
     stop = ebnf_literal(" " + ACTION_STOP)
     if kind == SEARCH:
-        arg = f"arg ::= [^\\[\\]\\n] [^\\[\\]\\n]{{2,{QUERY_MAX_CHARS - 1}}}"
+        arg = f"arg ::= [^\\[\\]\\x00-\\x1f]{{3,{QUERY_MAX_CHARS}}}"
         first, more = ebnf_literal(ACTION_SEARCH + " "), ebnf_literal(" " + ACTION_SEARCH + " ")
         return OutputConstraint(grammar=f"root ::= {first} arg ({more} arg){{0,{max_actions - 1}}} {stop}\n{arg}")
     names = list(dict.fromkeys(" ".join(str(s).split()) for s in sections if str(s).strip()))

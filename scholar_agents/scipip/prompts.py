@@ -330,8 +330,8 @@ def direct_ideas(background: str) -> ChatMessages:
 # The shapes are the prompts' own templates, written so that output_parsers.py parses them unchanged; lengths are
 # capped so a weak model cannot spend max_new_tokens inside one field. Constraining fixes the form, not the content.
 
-_CLAUSE = r"[^.\n]{8,150}"  # one clause of a template sentence: no full stop, no line break
-_ITEM = r"[^.\n]{10,120}"  # one numbered item of Table 5's second turn
+_CLAUSE = r"[^.\x00-\x1f]{8,100}"  # one clause of a template sentence: no full stop, no control character
+_ITEM = r"[^.\x00-\x1f]{10,100}"  # one numbered item of Table 5's second turn
 _WORD = r"[A-Za-z][A-Za-z0-9-]{0,19}"
 _KEYWORD = rf"{_WORD}( {_WORD}){{1,4}}"  # τ2: 2-5 words
 
@@ -339,7 +339,7 @@ SUMMARY_FORMAT = OutputConstraint(regex=rf"The problem of {_CLAUSE} can be addre
 DETAILS_FORMAT = OutputConstraint(
     regex=rf"Motivations: 1\. {_ITEM}\. 2\. {_ITEM}\.\nDetails: 1\. {_ITEM}\. 2\. {_ITEM}\. 3\. {_ITEM}\.")
 # τ3 and Table 12: prose without the section titles the prompt forbids (markdown headers), at least a sentence.
-METHOD_FORMAT = OutputConstraint(regex=r"[A-Z][^#]{80,1200}")
+METHOD_FORMAT = OutputConstraint(regex=r"[A-Z][^#\x00-\x09\x0b-\x1f]{80,100}([^#\x00-\x09\x0b-\x1f]{0,100}){0,11}")
 
 
 def keywords_format(max_num: int = 5) -> OutputConstraint:
@@ -349,7 +349,7 @@ def keywords_format(max_num: int = 5) -> OutputConstraint:
 
 def ideas_format(min_ideas: int, max_ideas: int) -> OutputConstraint:
     """Tables 9-11's "**Idea N**: ..." lines, N counting from 1, each idea a few sentences on one line."""
-    line = r"[^\n*]{20,400}"
+    line = r"[^*\x00-\x1f]{20,100}([^*\x00-\x1f]{0,100}){0,3}"
     required = "".join(rf"\*\*Idea {i}\*\*: {line}\n" for i in range(1, min_ideas + 1))
     optional = "".join(rf"(\*\*Idea {i}\*\*: {line}\n" for i in range(min_ideas + 1, max_ideas + 1))
     return OutputConstraint(regex=required + optional + ")?" * (max_ideas - min_ideas))
