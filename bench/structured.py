@@ -32,7 +32,7 @@ from scholar_agents.data_gen.unarxive_passages import iter_jsonl, passages_from_
 from scholar_agents.hydra_app import PACKAGE_DIR
 from scholar_agents.llm import OutputConstraint, SamplingParams, build_llm
 from scholar_agents.llm.config import LLMConfig
-from scholar_agents.papers.loaders import load_unarxive
+from scholar_agents.papers.loaders import load_arxiv_jsonl, load_unarxive
 from scholar_agents.pasa.actions import EXPAND, SEARCH, action_constraint, parse_response
 from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
 from scholar_agents.pasa.prompts import autoscholarquery_schema
@@ -49,32 +49,36 @@ def build_cases(n: int) -> list[dict]:
     import yaml
 
     queries = load_pasa_queries(SAMPLE / "autoscholarquery_dev.jsonl", limit=n)
+    # The bundled unarXive sample: the papers with sections (5) are the expansion sessions' papers.
     papers = [p for p in load_unarxive(SAMPLE / "unarxive_sample.jsonl.gz") if p.sections and p.abstract][:n]
     env = CrawlEnv(None, None, CrawlConfig(expand_abstract_chars=600))  # prompts only: no store, no search
     cases = []
     cases.append(dict(kind="crawler_search", max_new_tokens=96,
                       prompts=[env.state_messages(q.question) for q in queries],
-                      constraints=[action_constraint(SEARCH, max_actions=6)] * len(queries),
+                      constraints=[action_constraint(SEARCH, max_actions=4)] * len(queries),  # the CPU preset's cap
                       check=lambda t, trunc, i: (lambda r: r.ok and bool(r.moves))(parse_response(t, trunc))))
     heads = [[s.heading for s in p.sections] for p in papers]
     cases.append(dict(kind="crawler_expand", max_new_tokens=96,
                       prompts=[env.state_messages(queries[i % len(queries)].question, p) for i, p in enumerate(papers)],
-                      constraints=[action_constraint(EXPAND, h, 6) for h in heads],
+                      constraints=[action_constraint(EXPAND, h, 4) for h in heads],
                       check=lambda t, trunc, i: (lambda r: r.ok and r.stopped
                                                  and all(a.argument in heads[i] for a in r.moves))(
                           parse_response(t, trunc))))
-    summary_chats = [sp.tau1_summary(p.title, p.abstract[:1500], "(not available)") for p in papers]
+    import itertools
+
+    abstracts = [p for p in itertools.islice(load_arxiv_jsonl(SAMPLE / "papers.jsonl.gz"), 200) if p.abstract][:n]
+    summary_chats = [sp.tau1_summary(p.title, p.abstract[:800], "(not available)") for p in abstracts]
     cases.append(dict(kind="scipip_summary", max_new_tokens=96, prompts=summary_chats,
-                      constraints=[sp.SUMMARY_FORMAT] * len(papers),
+                      constraints=[sp.SUMMARY_FORMAT] * len(abstracts),
                       check=lambda t, trunc, i: parse_summary(t)[1]))
     # τ1's second turn after a fixed first answer (the paper's first sentence), so both modes see one prompt.
     cases.append(dict(kind="scipip_details", max_new_tokens=192,
-                      prompts=[sp.tau1_details(c, p.abstract.split(". ")[0] + ".") for c, p in zip(summary_chats, papers)],
-                      constraints=[sp.DETAILS_FORMAT] * len(papers),
+                      prompts=[sp.tau1_details(c, p.abstract.split(". ")[0] + ".") for c, p in zip(summary_chats, abstracts)],
+                      constraints=[sp.DETAILS_FORMAT] * len(abstracts),
                       check=lambda t, trunc, i: parse_motivations_details(t).ok))
     cases.append(dict(kind="scipip_keywords", max_new_tokens=48,
-                      prompts=[sp.tau2_keywords(f"{p.title}. {p.abstract[:1500]}", 5) for p in papers],
-                      constraints=[sp.keywords_format(5)] * len(papers),
+                      prompts=[sp.tau2_keywords(f"{p.title}. {p.abstract[:800]}", 5) for p in abstracts],
+                      constraints=[sp.keywords_format(5)] * len(abstracts),
                       check=lambda t, trunc, i: parse_keywords(t, 5).ok))
     headings = related_work_matcher(list(DEFAULT_RELATED_WORK_HEADINGS))
     passages = [ps for rec in iter_jsonl(SAMPLE / "unarxive_sample.jsonl.gz")
