@@ -55,12 +55,12 @@ def build_cases(n: int) -> list[dict]:
     cases = []
     cases.append(dict(kind="crawler_search", max_new_tokens=96,
                       prompts=[env.state_messages(q.question) for q in queries],
-                      constraints=[action_constraint(SEARCH, max_actions=4)] * len(queries),  # the CPU preset's cap
+                      constraints=[action_constraint(SEARCH, max_actions=3)] * len(queries),  # the CPU preset's cap
                       check=lambda t, trunc, i: (lambda r: r.ok and bool(r.moves))(parse_response(t, trunc))))
     heads = [[s.heading for s in p.sections] for p in papers]
     cases.append(dict(kind="crawler_expand", max_new_tokens=96,
                       prompts=[env.state_messages(queries[i % len(queries)].question, p) for i, p in enumerate(papers)],
-                      constraints=[action_constraint(EXPAND, h, 4) for h in heads],
+                      constraints=[action_constraint(EXPAND, h, 3) for h in heads],
                       check=lambda t, trunc, i: (lambda r: r.ok and r.stopped
                                                  and all(a.argument in heads[i] for a in r.moves))(
                           parse_response(t, trunc))))

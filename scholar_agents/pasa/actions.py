@@ -176,7 +176,8 @@ def action_constraint(kind: str, sections: Sequence[str] = (), max_actions: int 
         raise ValueError(f"max_actions must be >= 1, got {max_actions}")
     stop = ebnf_literal(" " + ACTION_STOP)
     if kind == SEARCH:
-        arg = f"arg ::= [^\\[\\]\\x00-\\x1f]{{3,{QUERY_MAX_CHARS}}}"
+        # A query starts with a letter (SmolLM2 otherwise numbers its queries "1. ...").
+        arg = f"arg ::= [A-Za-z] [^\\[\\]\\x00-\\x1f]{{2,{QUERY_MAX_CHARS - 1}}}"
         first, more = ebnf_literal(ACTION_SEARCH + " "), ebnf_literal(" " + ACTION_SEARCH + " ")
         return OutputConstraint(grammar=f"root ::= {first} arg ({more} arg){{0,{max_actions - 1}}} {stop}\n{arg}")
     names = list(dict.fromkeys(" ".join(str(s).split()) for s in sections if str(s).strip()))

@@ -330,8 +330,10 @@ def direct_ideas(background: str) -> ChatMessages:
 # The shapes are the prompts' own templates, written so that output_parsers.py parses them unchanged; lengths are
 # capped so a weak model cannot spend max_new_tokens inside one field. Constraining fixes the form, not the content.
 
-_CLAUSE = r"[^.\x00-\x1f]{8,90}"  # one clause of a template sentence: no full stop, no control character
-_ITEM = r"[^.\x00-\x1f]{10,80}"  # one numbered item of Table 5's second turn (5 fit cpu_demo's 128 tokens)
+# A clause / item starts with a letter and holds no full stop, no control character and no brackets: SmolLM2 otherwise
+# fills the template with its placeholders ("[motivation1]"), which the parsers reject.
+_CLAUSE = r"[A-Za-z][^.\[\]\x00-\x1f]{7,89}"  # one clause of a template sentence
+_ITEM = r"[A-Za-z][^.\[\]\x00-\x1f]{9,79}"  # one numbered item of Table 5's second turn (5 fit cpu_demo's 128 tokens)
 _WORD = r"[A-Za-z][A-Za-z0-9-]{0,19}"
 _KEYWORD = rf"{_WORD}( {_WORD}){{1,4}}"  # τ2: 2-5 words
 
