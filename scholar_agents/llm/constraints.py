@@ -101,20 +101,22 @@ def json_text(min_chars: int = 0, max_chars: int = 200) -> dict[str, Any]:
     """A JSON-schema string of ``min_chars..max_chars`` plain characters. Written as a ``pattern`` rather than
     ``minLength``/``maxLength``: xgrammar 0.2.8 (also inside vLLM) compiles a length-capped string to a character
     class that lets raw control characters through, which ``json.loads`` then rejects (measured on the tiny model).
-    Its regex compiler also fails on a bounded repeat above ~128, so long caps are written as several repeats."""
+    Its regex compiler also fails on a bounded repeat above ~128, so long caps are nested blocks of 100."""
     if not 0 <= min_chars <= max_chars:
         raise ValueError(f"need 0 <= min_chars <= max_chars, got {min_chars}, {max_chars}")
-    char = '[^"\\\\\\x00-\\x1f]'
-    first = min(max(min_chars, _MAX_REPEAT), max_chars)
-    parts = [f"{char}{{{min_chars},{first}}}"]
-    rest = max_chars - first
-    while rest > 0:
-        parts.append(f"{char}{{0,{min(rest, _MAX_REPEAT)}}}")
-        rest -= _MAX_REPEAT
-    return {"type": "string", "pattern": "^" + "".join(parts) + "$"}
+    return {"type": "string", "pattern": "^" + bounded_repeat('[^"\\\\\\x00-\\x1f]', min_chars, max_chars) + "$"}
 
 
-_MAX_REPEAT = 100
+def bounded_repeat(char_class: str, min_n: int, max_n: int, block: int = 100) -> str:
+    """``char_class{min_n,max_n}`` as a regex xgrammar compiles: repeats of at most ``block``, nested so that
+    there is one way only to match a string (``C{0,99}|C{100}(...)``); chained optional repeats would be
+    ambiguous, and an ambiguous grammar makes each decoding step slow."""
+    if max_n <= block:
+        return f"{char_class}{{{min_n},{max_n}}}"
+    inner = bounded_repeat(char_class, max(0, min_n - block), max_n - block, block)
+    if min_n >= block:
+        return f"{char_class}{{{block}}}{inner}"
+    return f"({char_class}{{{min_n},{block - 1}}}|{char_class}{{{block}}}{inner})"
 
 
 def ebnf_literal(text: str) -> str:

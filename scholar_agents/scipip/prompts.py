@@ -341,7 +341,8 @@ SUMMARY_FORMAT = OutputConstraint(regex=rf"The problem of {_CLAUSE} can be addre
 DETAILS_FORMAT = OutputConstraint(
     regex=rf"Motivations: 1\. {_ITEM}\. 2\. {_ITEM}\.\nDetails: 1\. {_ITEM}\. 2\. {_ITEM}\. 3\. {_ITEM}\.")
 # τ3 and Table 12: prose without the section titles the prompt forbids (markdown headers), at least a sentence.
-METHOD_FORMAT = OutputConstraint(regex=r"[A-Z][^#\x00-\x09\x0b-\x1f]{80,100}([^#\x00-\x09\x0b-\x1f]{0,100}){0,11}")
+# Unbounded (the parser needs no closing token; max_new_tokens ends it): a bounded version must nest its repeats.
+METHOD_FORMAT = OutputConstraint(regex=r"[A-Z][^#\x00-\x09\x0b-\x1f]{80,}")
 
 
 def keywords_format(max_num: int = 5) -> OutputConstraint:
@@ -350,8 +351,9 @@ def keywords_format(max_num: int = 5) -> OutputConstraint:
 
 
 def ideas_format(min_ideas: int, max_ideas: int) -> OutputConstraint:
-    """Tables 9-11's "**Idea N**: ..." lines, N counting from 1, each idea a few sentences on one line."""
-    line = r"[^*\x00-\x1f]{20,100}([^*\x00-\x1f]{0,100}){0,3}"
+    """Tables 9-11's "**Idea N**: ..." lines, N counting from 1, each idea a few sentences on one line (the
+    parser keeps the complete ideas of an answer cut by max_new_tokens)."""
+    line = r"[^*\x00-\x1f]{20,}"  # one line; the next "**Idea" or max_new_tokens ends it
     required = "".join(rf"\*\*Idea {i}\*\*: {line}\n" for i in range(1, min_ideas + 1))
     optional = "".join(rf"(\*\*Idea {i}\*\*: {line}\n" for i in range(min_ideas + 1, max_ideas + 1))
     return OutputConstraint(regex=required + optional + ")?" * (max_ideas - min_ideas))
