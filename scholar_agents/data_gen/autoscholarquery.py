@@ -103,6 +103,12 @@ class AutoScholarQueryConfig:
     # Ours, for small models: the answer is started for the model (e.g. '[{"question": "'), which turns a numbered
     # prose list into JSON; the prefix is part of the parsed output. Empty = the paper's setting.
     response_prefix: str = ""
+    # Ours, for small models: decode under Table 16's JSON schema (pasa.prompts.autoscholarquery_schema: an array
+    # of <= max_questions {"question", "answer"} objects whose answers are the passage's own \cite{n} markers).
+    # false = the paper's free generation, parsed leniently.
+    constrained: bool = False
+    max_questions: int = 5  # the schema's cap (Table 16 asks for "five objects ... three question-answer pairs")
+    max_question_chars: int = 300
     shard_size: int = 16  # passages per shard (one batched LLM call, one done-marker)
     resolution: ResolutionConfig = field(default_factory=ResolutionConfig)
     splits: SplitConfig = field(default_factory=SplitConfig)
@@ -216,12 +222,34 @@ def generate_shard(llm, passages: list[CitedPassage], dg, budget: int, seed: int
     if prompts:
         params = SamplingParams(max_new_tokens=int(dg.max_new_tokens), temperature=float(dg.temperature), seed=seed,
                                 stop=tuple(dg.stop))
-        gens = llm.generate(prompts, params)
+        gens = _generate(llm, prompts, [len(rec["citations"]) for rec in todo], params, dg)
         stats["llm_prompts"] += len(prompts)
         for rec, gen in zip(todo, gens):
             comp = gen.completions[0]
             rec.update(raw_output=str(dg.response_prefix) + comp.text, finish_reason=comp.finish_reason)
     return records, dict(stats)
+
+
+def _generate(llm, prompts: list, n_citations: list[int], params, dg) -> list:
+    """One batched call, or with ``dg.constrained`` one per distinct schema (the answer enum depends on the
+    passage's number of citations), results in the prompts' order."""
+    if not dg.get("constrained", False):
+        return llm.generate(prompts, params)
+    from dataclasses import replace
+
+    from scholar_agents.llm.constraints import OutputConstraint
+    from scholar_agents.pasa.prompts import autoscholarquery_schema
+
+    out: list = [None] * len(prompts)
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i, n in enumerate(n_citations):
+        groups[n].append(i)
+    for n, idx in groups.items():
+        schema = autoscholarquery_schema(n, int(dg.max_questions), int(dg.max_question_chars))
+        gens = llm.generate([prompts[i] for i in idx], replace(params, constraint=OutputConstraint.json(schema)))
+        for i, g in zip(idx, gens):
+            out[i] = g
+    return out
 
 
 def parse_record(rec: dict, dg) -> dict:
@@ -514,6 +542,7 @@ def _fingerprint(cfg: DictConfig) -> dict:
         "max_new_tokens": int(dg.max_new_tokens),
         "stop": list(dg.stop),
         "response_prefix": str(dg.response_prefix),
+        **({"constrained": True, "schema_sha": _schema_sha(dg)} if dg.get("constrained", False) else {}),
         "temperature": float(dg.temperature),
         "max_passage_chars": int(dg.max_passage_chars),
         "related_work_headings": list(dg.related_work_headings),
@@ -523,12 +552,23 @@ def _fingerprint(cfg: DictConfig) -> dict:
     }
 
 
+def _schema_sha(dg) -> str:
+    """Identifies the decoding schema (caps included) so that shards made under another schema are not reused."""
+    from scholar_agents.pasa.prompts import autoscholarquery_schema
+
+    schema = autoscholarquery_schema(1, int(dg.max_questions), int(dg.max_question_chars))
+    return hashlib.sha256(json.dumps(schema, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def autoscholarquery(cfg: DictConfig) -> dict:
     from scholar_agents.data_gen.paper_access import open_store
 
     from scholar_agents.validation import existing_file, optional_positive_int, reading
 
     dg = cfg.data_gen
+    if dg.get("constrained", False) and str(dg.response_prefix):
+        raise ValueError("data_gen.constrained=true decodes Table 16's JSON schema from the first token; set "
+                         "data_gen.response_prefix='' (a prefix would start the JSON outside the schema)")
     out_dir = Path(str(cfg.out_dir))
     limit = optional_positive_int(cfg.get("limit"), "limit", "the first N passages; null = all")
     for kind in ("unarxive", "research_town", "pasa_db"):

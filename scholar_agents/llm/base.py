@@ -14,6 +14,8 @@ from typing import Sequence, Union
 
 import numpy as np
 
+from scholar_agents.llm.constraints import OutputConstraint
+
 ChatMessages = list[dict[str, str]]
 Prompt = Union[str, ChatMessages]
 
@@ -29,6 +31,9 @@ class SamplingParams:
     stop: tuple[str, ...] = ()  # stop strings; the returned text excludes them
     seed: int | None = None  # per-request seed where the backend supports it
     logprobs: bool = False  # return the log-probability of each generated token
+    # The completion's required shape (JSON schema / regex / choices / EBNF), applied by masking logits on every
+    # backend; None = free text. Log-probs stay the model's raw ones (see constraints.py and docs/foundation.md).
+    constraint: OutputConstraint | None = None
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -41,6 +46,8 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         # Accept lists from Hydra/YAML but keep the dataclass hashable.
         object.__setattr__(self, "stop", tuple(self.stop))
+        if self.constraint is not None and not isinstance(self.constraint, OutputConstraint):
+            raise TypeError(f"SamplingParams.constraint must be an OutputConstraint, got {type(self.constraint)}")
 
     @property
     def greedy(self) -> bool:

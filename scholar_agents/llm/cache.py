@@ -137,6 +137,8 @@ class CachedLLM(LLM):
             # Greedy output does not depend on the seed; sampled output is keyed by it.
             "seed": None if params.greedy else params.seed,
         }
+        if params.constraint is not None:  # only when set: keys of unconstrained requests stay as they were
+            request["constraint"] = params.constraint.cache_key()
         return [_sha({**request, "sample": j}) for j in range(params.n)]
 
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams | None = None) -> list[Generation]:

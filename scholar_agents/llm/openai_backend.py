@@ -30,6 +30,7 @@ from scholar_agents.llm.base import LLM, Generation, Prompt, SamplingParams
 from scholar_agents.llm.cache import model_identity
 from scholar_agents.llm.completions import build_completion, end_of_sequence_ids
 from scholar_agents.llm.config import LLMConfig
+from scholar_agents.llm.constraints import OutputConstraint, warn_unconstrained
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class OpenAIBackend(LLM):
         self._pool = ThreadPoolExecutor(max_workers=cfg.max_concurrency, thread_name_prefix="openai-llm")
         self._lock = threading.Lock()
         self.retries = 0  # requests re-sent after a transient failure (for logs and tests)
+        self._structured_extension = True  # vLLM's `structured_outputs` field; off once a server rejects it
         self.served_model = cfg.served_model_name or self._discover_model()
         self.model_id = model_identity(cfg.model, None, "openai", self.served_model, cfg.base_url)
         log.info("openai backend: %s at %s", self.served_model, cfg.base_url)
@@ -148,7 +150,25 @@ class OpenAIBackend(LLM):
             "skip_special_tokens": True,
             "add_special_tokens": isinstance(prompt, str),
         }
-        data = self._request("POST", "completions", {k: v for k, v in payload.items() if v is not None})
+        base = {k: v for k, v in payload.items() if v is not None}
+        payload = {**base, **self._constraint_fields(params.constraint)} if params.constraint is not None else base
+        try:
+            data = self._request("POST", "completions", payload)
+        except ServerError as e:
+            if "structured_outputs" not in payload or "HTTP 400" not in str(e) or "structured_outputs" not in str(e):
+                raise
+            # Not a vLLM server: the standard `response_format` for a JSON schema, free generation otherwise.
+            self._structured_extension = False
+            warn_unconstrained("openai", params.constraint.kind, f"server rejected `structured_outputs`: {e}")
+            data = self._request("POST", "completions", {**base, **self._constraint_fields(params.constraint)})
+        except ServerError as e:
+            if "structured_outputs" not in payload or "HTTP 400" not in str(e) or "structured_outputs" not in str(e):
+                raise
+            # Not a vLLM server: keep the standard `response_format` (JSON) or generate freely.
+            self._structured_extension = False
+            warn_unconstrained("openai", params.constraint.kind, f"server rejected `structured_outputs`: {e}")
+            payload.pop("structured_outputs")
+            data = self._request("POST", "completions", payload)
         choices = sorted(data.get("choices", []), key=lambda c: c.get("index", 0))
         if len(choices) != params.n:
             raise ServerError(f"asked for {params.n} completions, the server returned {len(choices)}")
@@ -166,6 +186,19 @@ class OpenAIBackend(LLM):
                                       f"{len(ids)} tokens")
             comps.append(build_completion(self.tokenizer, ids, lps, params.stop, self.eos_token_ids))
         return Generation(prompt_text=text, prompt_token_ids=list(prompt_ids), completions=comps)
+
+    def _constraint_fields(self, constraint: OutputConstraint) -> dict[str, Any]:
+        """Request fields for a constraint: vLLM's ``structured_outputs`` extension (every kind; JSON as a grammar
+        without free whitespace), or, on a server without it, OpenAI's standard ``response_format`` for a JSON
+        schema (vLLM would refuse both at once: they are two constraints to it)."""
+        if self._structured_extension:
+            return {"structured_outputs": constraint.vllm_structured_outputs()}
+        if constraint.json_schema is not None:
+            return {"response_format": {"type": "json_schema",
+                                        "json_schema": {"name": "output", "schema": constraint.schema,
+                                                        "strict": True}}}
+        warn_unconstrained("openai", constraint.kind, "the server has no `structured_outputs` extension")
+        return {}
 
     # ---- scoring ----
 

@@ -165,6 +165,9 @@ class VLLMBackend(LLM):
             logprobs=0 if params.logprobs else None,  # 0 = only the sampled token's logprob
             skip_special_tokens=True,
         )
+        if params.constraint is not None:
+            # vLLM's structured outputs (xgrammar inside); plain dict here, StructuredOutputsParams in run_engine.
+            sampling["structured_outputs"] = params.constraint.vllm_structured_outputs()
         raw = self._run([(row, sampling) for row in ids])
         gens = []
         for text, row, samples in zip(texts, ids, raw):
@@ -275,7 +278,7 @@ def run_engine(engine, requests: list[Request]) -> list[list[dict]]:
     from vllm.inputs import TokensPrompt
 
     prompts = [TokensPrompt(prompt_token_ids=ids) for ids, _ in requests]
-    sampling = [VSamplingParams(**kw) for _, kw in requests]
+    sampling = [VSamplingParams(**_with_structured_outputs(kw)) for _, kw in requests]
     outputs = engine.generate(prompts, sampling, use_tqdm=len(requests) >= 64)
     plain = []
     for out in outputs:
@@ -287,6 +290,15 @@ def run_engine(engine, requests: list[Request]) -> list[list[dict]]:
             samples.append({"token_ids": list(c.token_ids), "logprobs": lps, "finish_reason": c.finish_reason})
         plain.append(samples)
     return plain
+
+
+def _with_structured_outputs(kw: dict[str, Any]) -> dict[str, Any]:
+    """A request's ``structured_outputs`` dict as vLLM's ``StructuredOutputsParams`` (vLLM 0.32)."""
+    if kw.get("structured_outputs") is None:
+        return kw
+    from vllm.sampling_params import StructuredOutputsParams
+
+    return {**kw, "structured_outputs": StructuredOutputsParams(**kw["structured_outputs"])}
 
 
 class _Replica(Protocol):

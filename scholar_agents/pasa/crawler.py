@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional, Sequence
 
 from tqdm.auto import tqdm
 
-from scholar_agents.llm import LLM, Completion, Generation, SamplingParams
+from scholar_agents.llm import LLM, Completion, Generation, OutputConstraint, SamplingParams
+from scholar_agents.pasa.actions import action_constraint
 from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv, Session
 from scholar_agents.pasa.queries import ScholarQuery
 from scholar_agents.pasa.trajectory import QueryTrajectory
@@ -34,6 +35,21 @@ class CrawlerConfig:
     seed: int = 0  # run r of an ensemble samples with seed + r
     logprobs: bool = False  # PPO rollouts record the sampling logprobs
     batch_sessions: int = 32  # sessions per generate call, across queries
+    # Ours: decode each session under Table 8's action grammar (actions.action_constraint: [Search] queries, or
+    # [Expand] over the paper's real section names, then [Stop]) so that an untrained model writes valid actions.
+    # false = the paper (its trained Crawler generates freely). PPO must run unconstrained: its log-probs are the
+    # model's own distribution and its training data was generated freely (see docs/pasa.md).
+    constrained: bool = False
+    max_actions_per_session: int = 6  # the grammar's cap on [Search] / [Expand] actions in one response
+
+    def __post_init__(self) -> None:
+        if self.constrained and self.logprobs:
+            raise ValueError(
+                "crawler.policy.constrained=true cannot be used for PPO rollouts: the recorded log-probs are the "
+                "model's unconstrained distribution, so the PPO ratio would not be that of the sampled actions. "
+                "Train with crawler.policy.constrained=false (constrain only search/eval of an untrained model)")
+        if self.max_actions_per_session < 1:
+            raise ValueError(f"crawler.policy.max_actions_per_session must be >= 1, got {self.max_actions_per_session}")
 
 
 @dataclass
@@ -64,6 +80,35 @@ class Crawler:
         context) gets an empty "error" completion — counted in ``failed_prompts`` — instead of failing the batch."""
         t0 = time.perf_counter()
         params = self.sampling(run)
+        if self.cfg.constrained:
+            gens = self._generate_constrained(sessions, params)
+        else:
+            gens = self._generate(sessions, params)
+        self.timing["gen"] += time.perf_counter() - t0
+        self.calls += 1
+        if len(gens) != len(sessions):
+            raise RuntimeError(f"the LLM returned {len(gens)} generations for {len(sessions)} prompts")
+        return gens
+
+    def constraint(self, session: Session) -> OutputConstraint:
+        """The session's action grammar: searches for S_q, the paper's own section names for S_q+p."""
+        sections = [s.heading for s in session.paper.sections] if session.paper is not None else []
+        return action_constraint(session.allowed_action, sections, self.cfg.max_actions_per_session)
+
+    def _generate_constrained(self, sessions: Sequence[Session], params: SamplingParams) -> list[Generation]:
+        """One batched call per distinct grammar (every search session shares one; an expansion's grammar
+        names its paper's sections), results in the sessions' order."""
+        groups: dict[OutputConstraint, list[int]] = {}
+        for i, sess in enumerate(sessions):
+            groups.setdefault(self.constraint(sess), []).append(i)
+        out: list[Optional[Generation]] = [None] * len(sessions)
+        for constraint, idx in groups.items():
+            gens = self._generate([sessions[i] for i in idx], replace(params, constraint=constraint))
+            for i, g in zip(idx, gens):
+                out[i] = g
+        return out  # type: ignore[return-value]
+
+    def _generate(self, sessions: Sequence[Session], params: SamplingParams) -> list[Generation]:
         prompts = [s.prompt for s in sessions]
         try:
             gens = self.llm.generate(prompts, params)
@@ -78,10 +123,6 @@ class Crawler:
                     log.warning("crawler prompt rejected: %s", e)
                     gens.append(Generation(prompt_text="", prompt_token_ids=[],
                                            completions=[Completion("", [], None, "error")]))
-        self.timing["gen"] += time.perf_counter() - t0
-        self.calls += 1
-        if len(gens) != len(sessions):
-            raise RuntimeError(f"the LLM returned {len(gens)} generations for {len(sessions)} prompts")
         return gens
 
 

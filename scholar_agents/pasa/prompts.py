@@ -146,6 +146,30 @@ AUTOSCHOLARQUERY_GENERATION = (
 AUTOSCHOLARQUERY_EXAMPLE = "{section}\n[OUTPUT]: {output}\n"
 
 
+def autoscholarquery_schema(n_citations: int, max_questions: int = 5, max_question_chars: int = 300) -> dict:
+    """Table 16's answer as a JSON schema (for ``data_gen.constrained``): an array of {"question", "answer"}
+    objects whose answers are the passage's own ``\\cite{n}`` markers (the few-shot format), lengths capped so
+    the array fits ``max_new_tokens``."""
+    from scholar_agents.llm.constraints import json_text
+
+    if n_citations < 1:
+        raise ValueError("an AutoScholarQuery passage needs at least one citation")
+    return {
+        "type": "array",
+        "minItems": 1,
+        "maxItems": max_questions,
+        "items": {
+            "type": "object",
+            "properties": {
+                "question": json_text(15, max_question_chars),
+                "answer": {"type": "array", "minItems": 1, "maxItems": min(n_citations, 8),
+                           "items": {"enum": [f"\\cite{{{i}}}" for i in range(1, n_citations + 1)]}},
+            },
+            "required": ["question", "answer"],
+        },
+    }
+
+
 def selector_messages(user_query: str, title: str, abstract: str) -> list[dict[str, str]]:
     """The Selector's chat prompt (Table 15) — the same messages in SFT data, scoring and PPO rewards."""
     return [{"role": "user", "content": SELECTOR.format(user_query=user_query, title=title, abstract=abstract)}]

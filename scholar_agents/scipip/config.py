@@ -39,6 +39,10 @@ class LiteratureDBConfig:
     # `cite_type: cite_id_list` (citations in the Introduction only).
     citation_sections: list[str] = field(default_factory=list)
     embed_batch_size: int = 64
+    # Ours: decode τ1–τ3 under their templates' formats (prompts.py: SUMMARY_FORMAT, DETAILS_FORMAT,
+    # keywords_format, METHOD_FORMAT) so that a small model's answers parse; the paper's GPT-4o followed them
+    # unaided. false = free generation and the tolerant parsers alone.
+    constrained: bool = True
 
     def __post_init__(self) -> None:
         if self.sections not in ("fulltext", "abstract"):
@@ -100,6 +104,9 @@ class IdeaConfig:
     max_list_items: int = 10
     temperature: float = 0.0
     seed: int = 0
+    # Ours: decode the idea lists (Tables 9–11, direct baseline) and their keywords under the "**Idea N**:"
+    # format (prompts.ideas_format / keywords_format); false = free generation and the tolerant parsers alone.
+    constrained: bool = True
 
 
 @dataclass

@@ -25,6 +25,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from scholar_agents.llm.base import LLM, SamplingParams
+from scholar_agents.llm.constraints import OutputConstraint
 from scholar_agents.papers.paper import Paper
 from scholar_agents.papers.store import PaperStore
 from scholar_agents.scipip import prompts
@@ -96,6 +97,7 @@ class LiteratureDBBuilder:
         make_prompt: Callable[[Paper], object],
         max_new_tokens: int,
         store_result: Callable[[Paper, str], bool],
+        constraint: OutputConstraint | None = None,
     ) -> None:
         """One batched LLM call for the papers of ``papers`` that still need ``stage``."""
         pending = self.db.pending(list(papers), stage, self.cfg.retry_failed)
@@ -104,7 +106,8 @@ class LiteratureDBBuilder:
             return
         if self.llm is None:
             raise ValueError(f"{len(pending)} papers need the {stage} stage but no LLM was given")
-        params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
+        params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0,
+                                constraint=constraint if self.cfg.constrained else None)
         gens = self.llm.generate([make_prompt(papers[pid]) for pid in pending], params)
         self._count(stage, "prompts", len(pending))
         for pid, gen in zip(pending, gens):
@@ -247,11 +250,15 @@ class LiteratureDBBuilder:
         bar = tqdm(total=len(order), desc="scipip literature DB", unit=" papers")
         for i in range(0, len(order), self.cfg.chunk_size):
             wave = {pid: papers[pid] for pid in order[i : i + self.cfg.chunk_size]}
-            self._run_stage("summary", wave, self._summary_chat, self.cfg.max_new_tokens_summary, self._store_summary)
+            self._run_stage("summary", wave, self._summary_chat, self.cfg.max_new_tokens_summary, self._store_summary,
+                            prompts.SUMMARY_FORMAT)
             self.db.commit()
-            self._run_stage("details", wave, self._details_chat, self.cfg.max_new_tokens_details, self._store_details)
-            self._run_stage("keywords", wave, self._keywords_chat, self.cfg.max_new_tokens_keywords, self._store_keywords)
-            self._run_stage("method", wave, self._method_chat, self.cfg.max_new_tokens_method, self._store_method)
+            self._run_stage("details", wave, self._details_chat, self.cfg.max_new_tokens_details, self._store_details,
+                            prompts.DETAILS_FORMAT)
+            self._run_stage("keywords", wave, self._keywords_chat, self.cfg.max_new_tokens_keywords, self._store_keywords,
+                            prompts.keywords_format(self.cfg.max_keywords))
+            self._run_stage("method", wave, self._method_chat, self.cfg.max_new_tokens_method, self._store_method,
+                            prompts.METHOD_FORMAT)
             self.db.commit()
             self._embed(list(wave), wave)
             bar.update(len(wave))

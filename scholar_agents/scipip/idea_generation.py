@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from scholar_agents.llm.base import LLM, SamplingParams
+from scholar_agents.llm.constraints import OutputConstraint
 from scholar_agents.papers.store import PaperStore
 from scholar_agents.scipip import prompts
 from scholar_agents.scipip.config import SciPIPConfig
@@ -104,11 +105,13 @@ class IdeaPipeline:
         self.llm, self.embedder, self.index, self.db, self.store, self.cfg = llm, embedder, index, db, store, cfg
         self.icfg = cfg.ideas
 
-    def _gen(self, chats: Sequence[Any], max_new_tokens: int, step: str) -> list[str]:
+    def _gen(self, chats: Sequence[Any], max_new_tokens: int, step: str,
+             constraint: OutputConstraint | None = None) -> list[str]:
         if not chats:
             return []
         log.info("ideas: %s (%d prompts, <= %d new tokens)", step, len(chats), max_new_tokens)
-        params = SamplingParams(max_new_tokens=max_new_tokens, temperature=self.icfg.temperature, seed=self.icfg.seed)
+        params = SamplingParams(max_new_tokens=max_new_tokens, temperature=self.icfg.temperature, seed=self.icfg.seed,
+                                constraint=constraint if self.icfg.constrained else None)
         return [g.text for g in self.llm.generate(list(chats), params)]
 
     def _cut(self, text: str) -> str:
@@ -122,6 +125,7 @@ class IdeaPipeline:
             [prompts.tau2_keywords(self._cut(t), self.cfg.db.max_keywords) for t in texts],
             self.cfg.db.max_new_tokens_keywords,
             f"keywords ({what})",
+            prompts.keywords_format(self.cfg.db.max_keywords),
         )
         result = []
         for run, text in zip(runs, outs):
@@ -162,6 +166,7 @@ class IdeaPipeline:
             [prompts.brainstorm(self._cut(r.transformed_background)) for r in runs],
             self.icfg.max_new_tokens_brainstorm,
             "brainstorm (Table 9)",
+            constraint=prompts.ideas_format(4, 6),
         )
         for r, text in zip(runs, outs):
             r.brainstorm_raw = text
@@ -214,6 +219,7 @@ class IdeaPipeline:
             ],
             self.icfg.max_new_tokens_ideas,
             "ideas from inspirations (Table 10)",
+            constraint=prompts.ideas_format(3, 4),
         )
         for r, text in zip(with_insp, outs):
             r.retrieval_raw = text
@@ -227,6 +233,7 @@ class IdeaPipeline:
             [prompts.integrate(self._items(r.brainstorm_ideas[:5] + r.retrieval_ideas[:5]), self._cut(r.background)) for r in todo],
             self.icfg.max_new_tokens_integrate,
             "integration (Table 11)",
+            constraint=prompts.ideas_format(5, 6),
         )
         for r, text in zip(todo, outs):
             r.integrated_raw = text
@@ -260,7 +267,8 @@ class IdeaPipeline:
 
         # 8. direct prompting baseline (Table 2, "GPT-4o" row).
         outs = self._gen(
-            [prompts.direct_ideas(self._cut(r.background)) for r in runs], self.icfg.max_new_tokens_direct, "direct prompting"
+            [prompts.direct_ideas(self._cut(r.background)) for r in runs], self.icfg.max_new_tokens_direct, "direct prompting",
+            prompts.ideas_format(3, 4)
         )
         for r, text in zip(runs, outs):
             r.direct_raw = text

@@ -9,6 +9,7 @@ paper offers nothing, which drops it).
 from __future__ import annotations
 
 from scholar_agents.llm.base import ChatMessages
+from scholar_agents.llm.constraints import OutputConstraint
 
 # ---- Table 5: τ1, summary then background ("motivations") and ideas ("details"), one two-turn chat ----
 
@@ -323,3 +324,36 @@ DIRECT_USER = """Propose 3 to 4 novel research ideas that address the following 
 
 def direct_ideas(background: str) -> ChatMessages:
     return [{"role": "system", "content": DIRECT_SYSTEM}, {"role": "user", "content": DIRECT_USER.format(background=background)}]
+
+
+# ---- output formats: each prompt's answer shape as an OutputConstraint (applied when scipip.*.constrained) ----
+# The shapes are the prompts' own templates, written so that output_parsers.py parses them unchanged; lengths are
+# capped so a weak model cannot spend max_new_tokens inside one field. Constraining fixes the form, not the content.
+
+# A clause / item starts with a letter and holds no full stop, no control character and no brackets: SmolLM2 otherwise
+# fills the template with its placeholders ("[motivation1]"), which the parsers reject.
+_CLAUSE = r"[A-Za-z][^.\[\]\x00-\x1f]{7,89}"  # one clause of a template sentence
+_ITEM = r"[A-Za-z][^.\[\]\x00-\x1f]{9,79}"  # one numbered item of Table 5's second turn (5 fit cpu_demo's 128 tokens)
+_WORD = r"[A-Za-z][A-Za-z0-9-]{0,19}"
+_KEYWORD = rf"{_WORD}( {_WORD}){{1,4}}"  # τ2: 2-5 words
+
+SUMMARY_FORMAT = OutputConstraint(regex=rf"The problem of {_CLAUSE} can be addressed by {_CLAUSE}\.")
+DETAILS_FORMAT = OutputConstraint(
+    regex=rf"Motivations: 1\. {_ITEM}\. 2\. {_ITEM}\.\nDetails: 1\. {_ITEM}\. 2\. {_ITEM}\. 3\. {_ITEM}\.")
+# τ3 and Table 12: prose without the section titles the prompt forbids (markdown headers), at least a sentence.
+# Unbounded (the parser needs no closing token; max_new_tokens ends it): a bounded version must nest its repeats.
+METHOD_FORMAT = OutputConstraint(regex=r"[A-Z][^#\x00-\x09\x0b-\x1f]{80,}")
+
+
+def keywords_format(max_num: int = 5) -> OutputConstraint:
+    """τ2's "entity1, entity2, ...": 1..max_num entities of 2-5 words."""
+    return OutputConstraint(regex=rf"{_KEYWORD}(, {_KEYWORD}){{0,{max(0, max_num - 1)}}}")
+
+
+def ideas_format(min_ideas: int, max_ideas: int) -> OutputConstraint:
+    """Tables 9-11's "**Idea N**: ..." lines, N counting from 1, each idea a few sentences on one line (the
+    parser keeps the complete ideas of an answer cut by max_new_tokens)."""
+    line = r"[^*\x00-\x1f]{20,}"  # one line; the next "**Idea" or max_new_tokens ends it
+    required = "".join(rf"\*\*Idea {i}\*\*: {line}\n" for i in range(1, min_ideas + 1))
+    optional = "".join(rf"(\*\*Idea {i}\*\*: {line}\n" for i in range(min_ideas + 1, max_ideas + 1))
+    return OutputConstraint(regex=required + optional + ")?" * (max_ideas - min_ideas))

@@ -306,7 +306,8 @@ class PPOTrainer:
                                                                cfg.crawler.policy))
         self.rollout_policy = CrawlerConfig(
             max_new_tokens=p.max_new_tokens or self.eval_policy.max_new_tokens, temperature=p.temperature,
-            top_p=p.top_p, seed=p.seed, logprobs=True, batch_sessions=self.eval_policy.batch_sessions)
+            top_p=p.top_p, seed=p.seed, logprobs=True, batch_sessions=self.eval_policy.batch_sessions,
+            constrained=self.eval_policy.constrained)  # refused with logprobs: PPO runs unconstrained
 
         # ---- models
         self.tokenizer = self._tokenizer()
