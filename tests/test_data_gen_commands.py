@@ -12,9 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
-import threading
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import ClassVar
 
@@ -26,6 +24,7 @@ from scholar_agents.data_gen.selector_pairs import selector_pairs
 from scholar_agents.hydra_app import compose
 from scholar_agents.pasa.actions import parse_response
 from scholar_agents.pasa.selector import parse_judgement
+from tests.fixtures.openai_http import ScriptedCompletions, serve
 
 TINY_TOKENIZER = Path(__file__).parent / "assets" / "tiny_tokenizer"
 
@@ -67,41 +66,26 @@ def teacher_answer(prompt: str) -> str:
     raise AssertionError(f"unexpected prompt: {prompt[:200]!r}")
 
 
-class _Teacher(BaseHTTPRequestHandler):
+class _Teacher(ScriptedCompletions):
+    model_id = "teacher"
     calls: ClassVar[Counter] = Counter()  # requests served, across the module's tests
 
-    def log_message(self, *args):  # keep pytest output clean
-        pass
-
-    def _send(self, obj):
-        body = json.dumps(obj).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self):
-        self._send({"data": [{"id": "teacher"}]})
-
     def do_POST(self):
-        req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        req = self.request_json()
         _Teacher.calls["completions"] += 1
         if "logprob_token_ids" in req:  # vLLM's exact next-token log-probabilities: the teacher's P("True")
             p_true = 0.7 if teacher_answer(req["prompt"]).startswith("True") else 0.2
             ids = req["logprob_token_ids"]  # [id of "True", id of "False"]
             top = {f"token_id:{ids[0]}": math.log(p_true), f"token_id:{ids[1]}": math.log(0.9 - p_true)}
-            self._send({"choices": [{"index": 0, "text": "", "logprobs": {"top_logprobs": [top]}}]})
+            self.send_json({"choices": [{"index": 0, "text": "", "logprobs": {"top_logprobs": [top]}}]})
             return
-        self._send({"choices": [{"index": 0, "text": teacher_answer(req["prompt"]), "finish_reason": "stop"}]})
+        self.send_json({"choices": [{"index": 0, "text": teacher_answer(req["prompt"]), "finish_reason": "stop"}]})
 
 
 @pytest.fixture(scope="module")
 def teacher_url():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Teacher)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
+    with serve(_Teacher) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

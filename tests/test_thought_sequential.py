@@ -10,14 +10,13 @@ filter, merge."""
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from scholar_agents.hydra_app import compose
 from scholar_agents.thought.algorithm import Query, sequential_steps
 from tests.fixtures.llm import TINY_TOKENIZER_DIR
+from tests.fixtures.openai_http import ScriptedCompletions, serve
 
 DOC = ("Thought-Retriever keeps the intermediate answers of a language model as thoughts in a memory. Each "
        "thought records the chunks it was derived from. A redundancy filter drops thoughts that are too similar "
@@ -42,33 +41,16 @@ def model_reply(prompt: str) -> str:
     return "No." if "Atlantis" in prompt.split("answer the question:")[-1] else ZEBRA_ANSWER
 
 
-class _Model(BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def _send(self, obj):
-        body = json.dumps(obj).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self):
-        self._send({"data": [{"id": "scripted"}]})
-
+class _Model(ScriptedCompletions):
     def do_POST(self):
-        req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self._send({"choices": [{"index": 0, "text": model_reply(req["prompt"]), "finish_reason": "stop"}]})
+        req = self.request_json()
+        self.send_json({"choices": [{"index": 0, "text": model_reply(req["prompt"]), "finish_reason": "stop"}]})
 
 
 @pytest.fixture(scope="module")
 def model_url():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Model)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with serve(_Model) as url:
+        yield url
 
 
 def _run(tmp_path, model_url, name: str, preset: str, queries: list[str], extra=()) -> list[dict]:
