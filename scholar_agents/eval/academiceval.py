@@ -291,7 +291,8 @@ def judge_dataset(judge: Callable[[], Any], judge_name: str, res: dict, cases: l
             outcomes, raw = judge_pairs(
                 judge(), judge_prompt, [cases[i].references[0] for i in labelled],
                 [answers[m][i]["answer"] for i in labelled], [answers[TR][i]["answer"] for i in labelled],
-                max_new_tokens=int(cfg.judge.max_new_tokens), mode=str(cfg.judge.mode))
+                max_new_tokens=int(cfg.judge.max_new_tokens), mode=str(cfg.judge.mode),
+                constrained=bool(cfg.judge.get("constrained", False)))
             return {"judge": judge_name, "verdicts": [[o.a_first, o.b_first] for o in outcomes], "raw": raw}
         got = stages.get(f"{dataset}.judge.{m}", judge_m, valid=lambda v: v.get("judge") == judge_name)
         outcomes = [PairOutcome(a, b) for a, b in got["verdicts"]]

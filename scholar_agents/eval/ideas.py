@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from scholar_agents.llm.base import LLM, SamplingParams
+from scholar_agents.llm.constraints import OutputConstraint
 from scholar_agents.scipip.config import IdeaJudgeConfig
 
 RATED = ("novelty", "clarity", "feasibility", "relevance")
@@ -83,6 +84,19 @@ PAIR_ONE_USER = """# Research background
 
 Metric: {metric} — {definition}
 Which idea is better on this metric? Answer with 1 or 2 only."""
+
+
+# The answer formats of RATE_USER and PAIR_USER (applied when scipip.judge.constrained): the example objects of
+# the prompts, each value limited to its range, in the order the prompts name the metrics; parse_ratings /
+# parse_preferences read them as they read a free reply.
+RATINGS_FORMAT = OutputConstraint.json({
+    "type": "object",
+    "properties": {**{m: {"type": "integer", "enum": list(range(6))} for m in RATED},
+                   "helpfulness": {"type": "string", "enum": ["yes", "no"]}},
+    "required": list(METRICS), "additionalProperties": False})
+PREFERENCES_FORMAT = OutputConstraint.json({
+    "type": "object", "properties": {m: {"type": "integer", "enum": [1, 2]} for m in METRICS},
+    "required": list(METRICS), "additionalProperties": False})
 
 
 def _chat(user: str) -> list[dict[str, str]]:
@@ -242,6 +256,10 @@ class IdeaJudge:
             raise ValueError(f"judge.mode must be 'generate' or 'score', got {cfg.mode!r}")
         self.llm, self.cfg = llm, cfg
 
+    def _params(self, fmt: OutputConstraint) -> SamplingParams:
+        return SamplingParams(max_new_tokens=self.cfg.max_new_tokens, temperature=0.0,
+                              constraint=fmt if self.cfg.constrained else None)
+
     def _cut(self, s: str) -> str:
         return s[: self.cfg.max_idea_chars]
 
@@ -251,7 +269,7 @@ class IdeaJudge:
             return []
         if self.cfg.mode == "generate":
             chats = [_chat(RATE_USER.format(background=self._cut(b), idea=self._cut(i), **DEFINITIONS)) for b, i in items]
-            gens = self.llm.generate(chats, SamplingParams(max_new_tokens=self.cfg.max_new_tokens, temperature=0.0))
+            gens = self.llm.generate(chats, self._params(RATINGS_FORMAT))
             return [parse_ratings(g.text) for g in gens]
         out: list[dict[str, Any]] = [{} for _ in items]
         digits = [str(d) for d in range(6)]
@@ -280,7 +298,7 @@ class IdeaJudge:
             return []
         if self.cfg.mode == "generate":
             chats = [_chat(PAIR_USER.format(background=self._cut(b), idea1=self._cut(x), idea2=self._cut(y), **DEFINITIONS)) for b, x, y in items]
-            gens = self.llm.generate(chats, SamplingParams(max_new_tokens=self.cfg.max_new_tokens, temperature=0.0))
+            gens = self.llm.generate(chats, self._params(PREFERENCES_FORMAT))
             return [parse_preferences(g.text) for g in gens]
         out: list[dict[str, int]] = [{} for _ in items]
         for metric in METRICS:

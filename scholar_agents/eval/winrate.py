@@ -18,6 +18,9 @@ from typing import Sequence
 import numpy as np
 
 FIRST, SECOND, TIE = 1, 2, 0
+# Figure 14's two allowed answers, as a choice constraint (judge.constrained, mode=generate): parse_verdict reads
+# both, so a constrained judge always gives a verdict (and never a tie, which Figure 14 does not offer either).
+VERDICTS = ("Abstract 1 is better", "Abstract 2 is better")
 
 _BETTER = re.compile(r"(?:abstract|answer|response|generated abstract)?\s*([12])\s*(?:is|was)?\s*(?:the\s+)?better",
                      re.I)
@@ -123,15 +126,17 @@ def summarize(outcomes: Sequence[PairOutcome], n_boot: int = 2000, alpha: float 
 
 def judge_pairs(llm, prompt_fn, references: Sequence[str], answers_a: Sequence[str], answers_b: Sequence[str],
                 max_new_tokens: int = 16, mode: str = "generate",
-                answer_prefix: str = "Abstract ") -> tuple[list[PairOutcome], list[tuple[str, str]]]:
+                answer_prefix: str = "Abstract ", constrained: bool = False) -> tuple[list[PairOutcome], list[tuple[str, str]]]:
     """Ask the judge both orders for every item in one batched call; returns outcomes and the raw replies.
     ``prompt_fn(reference, first, second) -> str`` renders the judge prompt (e.g. Figure 14).
 
     ``mode="generate"`` reads the verdict from the judge's text (the paper). ``mode="forced_choice"`` (ours, for
     small judges that do not follow the output format) appends ``answer_prefix`` to the assistant turn and
     compares the next-token probabilities of "1" and "2": a verdict every time, still asked in both orders so
-    that a position preference shows up as inconsistency."""
+    that a position preference shows up as inconsistency. ``constrained`` (generate mode) decodes one of
+    ``VERDICTS``; forced_choice needs no constraint (it scores the two candidate tokens, it generates nothing)."""
     from scholar_agents.llm import SamplingParams
+    from scholar_agents.llm.constraints import OutputConstraint
 
     n = len(references)
     if not len(answers_a) == len(answers_b) == n:
@@ -141,7 +146,9 @@ def judge_pairs(llm, prompt_fn, references: Sequence[str], answers_a: Sequence[s
     if not n:
         return [], []
     if mode == "generate":
-        texts = [g.text for g in llm.generate(chats, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))]
+        constraint = OutputConstraint(choices=VERDICTS) if constrained else None
+        params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, constraint=constraint)
+        texts = [g.text for g in llm.generate(chats, params)]
         verdicts = [parse_verdict(t) for t in texts]
     elif mode == "forced_choice":
         probs = llm.next_token_probs([llm.render(c) + answer_prefix for c in chats], ["1", "2"])

@@ -118,6 +118,9 @@ class IdeaJudgeConfig:
     # score: one forward pass per metric, the most probable rating token among "0".."5" / "Yes","No"
     # (always parseable: the right mode for small judges).
     mode: str = "generate"
+    # mode=generate: decode the ratings / preferences as the prompts' JSON objects (eval/ideas.py RATINGS_FORMAT,
+    # PREFERENCES_FORMAT; ours: a small judge otherwise leaves ratings out). false = the judge writes freely.
+    constrained: bool = True
     max_new_tokens: int = 96
     max_idea_chars: int = 1200
     variants: list[str] = field(default_factory=lambda: ["scipip", "brainstorm", "retrieval", "direct"])

@@ -31,7 +31,7 @@ from tqdm import tqdm
 from scholar_agents.thought.config import ThoughtConfig, thought_config
 from scholar_agents.thought.memory import KINDS, Memory
 from scholar_agents.thought.packing import PackedContext, pack, pack_full_context
-from scholar_agents.thought.prompts import answer_prompt, thought_prompt
+from scholar_agents.thought.prompts import answer_prompt, thought_format, thought_prompt
 from scholar_agents.thought.retrievers import Retriever, build_retriever
 from scholar_agents.thought.thought_parser import parse_passage, parse_thought
 
@@ -241,7 +241,10 @@ class ThoughtRetriever:
         # w/o Filter (§4.5) removes the confidence generation: no verdict is asked for, every passage is a thought
         confidence = self.cfg.filter_mode != "none"
         prompts = [_chat(thought_prompt(r.query, r.answer, self.cfg.thought_prompt, confidence)) for r in results]
-        params = SamplingParams(max_new_tokens=self.cfg.thought_max_new_tokens, temperature=self.cfg.temperature)
+        # thought.constrained: decode the verdict in the prompt's layout, so every thought is judged (see prompts.py)
+        constraint = thought_format(self.cfg.thought_prompt, confidence) if self.cfg.constrained else None
+        params = SamplingParams(max_new_tokens=self.cfg.thought_max_new_tokens, temperature=self.cfg.temperature,
+                                constraint=constraint)
         for r, g in zip(results, self.llm.generate(prompts, params)):
             parsed = parse_thought(g.text) if confidence else parse_passage(g.text)
             r.thought, r.confidence, r.parse_status = parsed.thought, parsed.confidence, parsed.status

@@ -53,6 +53,11 @@ class ThoughtConfig:
     # figure3: the paper's prompt verbatim; structured: Figure 3 plus a fixed "Confidence:/Thought:" answer format
     # (ours: small models follow it more reliably; the parser reads both).
     thought_prompt: str = "figure3"
+    # Decode the thought reply under its prompt's layout (prompts.thought_format: Figure 3's '0' | '1' + passage),
+    # masking logits with the backend's structured-output library (ours). Thought-Retriever trains nothing, so no
+    # log-probs or training data depend on it; the paper's LLMs write the layout unaided, a 135M model mostly does
+    # not (docs/thought_retriever.md: SmolLM2's replies were all "malformed" without it). false = generate freely.
+    constrained: bool = True
     # A reply with a passage but no readable 0/1 verdict: reject (ours: not confident, counted) or accept (the
     # official code stored every reply that did not contain 'idk').
     unmarked_thoughts: str = "reject"

@@ -6,6 +6,8 @@ included ("plase" in Figure 14), is kept so results stay comparable.
 
 from __future__ import annotations
 
+from scholar_agents.llm.constraints import OutputConstraint
+
 # ---- Algorithm 1, line 4: answer generation --------------------------------------------------------------
 # The official code's QA prompt (run_experiment.py `qa_via_LLM`) plus the sufficiency instruction of
 # Appendix M ("explicitly instruct the LLM to assess whether the retrieved content is sufficient ... return 'No'").
@@ -37,6 +39,18 @@ STRUCTURED_SUFFIX = (
     "Confidence: <0 or 1>\n"
     "Thought: <the knowledge point; leave empty if the confidence is 0>"
 )
+
+# ---- the thought prompts' answer formats (applied when thought.constrained) --------------------------------
+# Each is a layout that thought_parser already reads, so replies generated freely (older caches, thought.constrained
+# =false, models that follow the figure) parse the same way. The knowledge point starts with a letter, so it is
+# never a bare digit or an empty label, and runs to the end of its line (thought_max_new_tokens caps it).
+_PASSAGE = r"[A-Za-z][^\n]*"
+# Figure 3 as printed: '0' alone, or '1' then the knowledge point on the next line.
+FIGURE3_FORMAT = OutputConstraint(regex=rf"0|1\n{_PASSAGE}")
+# thought_prompt=structured: the "Confidence:/Thought:" layout of STRUCTURED_SUFFIX.
+STRUCTURED_FORMAT = OutputConstraint(regex=rf"Confidence: 0|Confidence: 1\nThought: {_PASSAGE}")
+# w/o Filter: no verdict is asked for, so the format is the knowledge point alone.
+PASSAGE_FORMAT = OutputConstraint(regex=_PASSAGE)
 
 # ---- AcademicEval task prompts (Appendix A.2) -------------------------------------------------------------
 # Retrieval queries of Appendix A.2 (what is embedded to retrieve context).
@@ -166,6 +180,15 @@ def thought_prompt(question: str, answer: str, style: str = "figure3", confidenc
     if style != "figure3":
         raise ValueError(f"thought prompt style must be figure3 | structured, got {style!r}")
     return prompt
+
+
+def thought_format(style: str = "figure3", confidence: bool = True) -> OutputConstraint:
+    """The answer format of ``thought_prompt(..., style, confidence)``."""
+    if not confidence:
+        return PASSAGE_FORMAT
+    if style not in ("figure3", "structured"):
+        raise ValueError(f"thought prompt style must be figure3 | structured, got {style!r}")
+    return STRUCTURED_FORMAT if style == "structured" else FIGURE3_FORMAT
 
 
 def judge_prompt(reference: str, first: str, second: str) -> str:
