@@ -220,6 +220,22 @@ def _gib(nbytes: float) -> float:
     return nbytes / GIB
 
 
+def lora_and_offload_rows(x, base_model, model: str, trained: str, cpu: int, source: str, phases: tuple,
+                          rows: list, cpu_rows: list, problems: list) -> None:
+    """Rows shared by the PPO and SFT plans: the frozen base under a LoRA adapter (16-bit, partitioned by ZeRO-3
+    only) and the ZeRO states offloaded to CPU RAM (a problem when they exceed ``cluster.cpu_memory_gib``)."""
+    n, stage = x.world, x.zero_stage
+    if x.lora_trainable is not None:
+        base = base_model.weights_bytes_16bit * x.model_dtype_bytes // 2
+        rows.append(Row(model, "frozen base weights", _gib(base // n if stage == 3 else base), phases,
+                        ACCELERATE_SIZES + (" / N (ZeRO-3)" if stage == 3 else "")))
+    if (x.offload_optimizer or x.offload_params) and stage in (2, 3):
+        cpu_rows.append(Row(trained, "offloaded states, CPU RAM per node", _gib(cpu), phases, source))
+        if x.cluster.cpu_memory_gib and _gib(cpu) > x.cluster.cpu_memory_gib:
+            problems.append(f"CPU offload needs {_gib(cpu):.0f} GiB RAM per node, the nodes have "
+                            f"{x.cluster.cpu_memory_gib:.0f} GiB (cluster.cpu_memory_gib)")
+
+
 def build_plan(x: PlanInputs) -> Plan:
     rows: list[Row] = []
     cpu_rows: list[Row] = []
@@ -247,15 +263,7 @@ def build_plan(x: PlanInputs) -> Plan:
     parts[-1] = (parts[-1][0], parts[-1][1], parts[-1][2] + gpu - sum(b for _, _, b in parts))
     for model, item, b in parts:
         rows.append(Row(model, item, _gib(b), all_phases, source))
-    if x.lora_trainable is not None:  # the frozen base under the adapter: 16-bit, partitioned by ZeRO-3 only
-        base = x.policy.weights_bytes_16bit * x.model_dtype_bytes // 2
-        rows.append(Row("policy", "frozen base weights", _gib(base // n if stage == 3 else base), all_phases,
-                        ACCELERATE_SIZES + (" / N (ZeRO-3)" if stage == 3 else "")))
-    if (x.offload_optimizer or x.offload_params) and stage in (2, 3):
-        cpu_rows.append(Row("policy + value", "offloaded states, CPU RAM per node", _gib(cpu), all_phases, source))
-        if x.cluster.cpu_memory_gib and _gib(cpu) > x.cluster.cpu_memory_gib:
-            problems.append(f"CPU offload needs {_gib(cpu):.0f} GiB RAM per node, the nodes have "
-                            f"{x.cluster.cpu_memory_gib:.0f} GiB (cluster.cpu_memory_gib)")
+    lora_and_offload_rows(x, x.policy, "policy", "policy + value", cpu, source, all_phases, rows, cpu_rows, problems)
 
     # ---- the frozen reference π_sft. Under ZeRO-3 we assume it is partitioned like the trained models (a ZeRO-3
     # inference engine gathering one layer at a time for the scoring forward); replicated otherwise.
@@ -364,22 +372,29 @@ def _best_utilization(x: PlanInputs) -> float | None:
     return min(u_max, 0.9) if u_min <= u_max else None
 
 
-def _fix_steps(x: PlanInputs) -> list:
-    """Candidate changes, each a function inputs -> (changed inputs, the override that makes the change)."""
+def training_fix_steps(x, group: str) -> list:
+    """The fixes every training plan shares (``group``: the config group of the run, ppo | sft), each a function
+    inputs -> (changed inputs, the override that makes the change): ZeRO-3, gradient checkpointing, flash attention."""
     steps = []
     if x.zero_stage < 3:
         steps.append(lambda c: (dataclasses.replace(c, zero_stage=3, deepspeed="zero3.json"),
-                                f"use conf/deepspeed/zero3.json (ppo.deepspeed={ZERO3_JSON}): shard weights, "
+                                f"use conf/deepspeed/zero3.json ({group}.deepspeed={ZERO3_JSON}): shard weights, "
                                 f"gradients and optimizer states over all {c.world} GPUs"))
     if not x.gradient_checkpointing:
         steps.append(lambda c: (dataclasses.replace(c, gradient_checkpointing=True),
-                                "enable gradient checkpointing (ppo.gradient_checkpointing=true)"))
+                                f"enable gradient checkpointing ({group}.gradient_checkpointing=true)"))
     if x.attn_implementation == "eager":
         steps.append(lambda c: (dataclasses.replace(c, attn_implementation="flash_attention_2"),
-                                "use flash attention (ppo.attn_implementation=flash_attention_2)"))
+                                f"use flash attention ({group}.attn_implementation=flash_attention_2)"))
+    return steps
+
+
+def _fix_steps(x: PlanInputs) -> list:
+    """Candidate changes, each a function inputs -> (changed inputs, the override that makes the change)."""
+    steps = training_fix_steps(x, "ppo")
     if x.selector_backend in ("hf", "vllm"):
         steps.append(lambda c: (dataclasses.replace(c, selector_backend="none"),
-                                "serve the Selector on its own GPUs (selector_llm=openai_server "
+                                "serve the Selector on its own GPUs (llm@selector_llm=openai_server "
                                 "selector_llm.base_url=<its server>)"))
     if x.engine_backend == "vllm" and not x.sleep:
         steps.append(lambda c: (dataclasses.replace(c, sleep=True),

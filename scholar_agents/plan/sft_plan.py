@@ -9,8 +9,8 @@ import itertools
 from dataclasses import dataclass
 
 from scholar_agents.plan.cluster import ClusterConfig
-from scholar_agents.plan.memory_plan import (ACCELERATE_SIZES, Plan, Row, _gib, _state_split,
-                                             backbone_activation_bytes, zero_model_states)
+from scholar_agents.plan.memory_plan import (Plan, Row, _gib, _state_split, backbone_activation_bytes,
+                                             lora_and_offload_rows, training_fix_steps, zero_model_states)
 from scholar_agents.plan.model_sizes import ModelShape, shown_config_path
 
 SFT_PHASES = ("train",)
@@ -64,15 +64,7 @@ def build_sft_plan(x: SFTInputs) -> Plan:
         parts.append(("ZeRO-3 gathered layer (4 B x largest layer)", 4 * x.model.largest_layer_params))
     parts[-1] = (parts[-1][0], parts[-1][1] + gpu - sum(b for _, b in parts))
     rows += [Row("model", item, _gib(b), SFT_PHASES, source) for item, b in parts]
-    if x.lora_trainable is not None:
-        base = x.model.weights_bytes_16bit * x.model_dtype_bytes // 2
-        rows.append(Row("model", "frozen base weights", _gib(base // n if stage == 3 else base), SFT_PHASES,
-                        ACCELERATE_SIZES + (" / N (ZeRO-3)" if stage == 3 else "")))
-    if (x.offload_optimizer or x.offload_params) and stage in (2, 3):
-        cpu_rows.append(Row("model", "offloaded states, CPU RAM per node", _gib(cpu), SFT_PHASES, source))
-        if x.cluster.cpu_memory_gib and _gib(cpu) > x.cluster.cpu_memory_gib:
-            problems.append(f"CPU offload needs {_gib(cpu):.0f} GiB RAM per node, the nodes have "
-                            f"{x.cluster.cpu_memory_gib:.0f} GiB (cluster.cpu_memory_gib)")
+    lora_and_offload_rows(x, x.model, "model", "model", cpu, source, SFT_PHASES, rows, cpu_rows, problems)
     ckpt = "with" if x.gradient_checkpointing else "without"
     rows.append(Row("model", f"activations, {ckpt} gradient checkpointing ({x.batch} x {x.seq_len} tokens)",
                     _gib(backbone_activation_bytes(x.model, x.batch, x.seq_len, x.attn_implementation,
@@ -90,16 +82,7 @@ def build_sft_plan(x: SFTInputs) -> Plan:
 
 def suggest_sft_fixes(x: SFTInputs, max_nodes: int = 16) -> tuple[list[str], Plan | None]:
     """The smallest set of changes after which the SFT plan fits (more nodes only if no set suffices)."""
-    steps = []
-    if x.zero_stage < 3:
-        steps.append(lambda c: (dataclasses.replace(c, zero_stage=3, deepspeed="zero3.json"),
-                                "use conf/deepspeed/zero3.json (sft.deepspeed=${sa_pkg:}/conf/deepspeed/zero3.json)"))
-    if not x.gradient_checkpointing:
-        steps.append(lambda c: (dataclasses.replace(c, gradient_checkpointing=True),
-                                "enable gradient checkpointing (sft.gradient_checkpointing=true)"))
-    if x.attn_implementation == "eager":
-        steps.append(lambda c: (dataclasses.replace(c, attn_implementation="flash_attention_2"),
-                                "use flash attention (sft.attn_implementation=flash_attention_2)"))
+    steps = training_fix_steps(x, "sft")
     if x.batch > 1:
         steps.append(lambda c: (dataclasses.replace(c, batch=1),
                                 f"sft.per_device_train_batch_size=1 sft.gradient_accumulation_steps=<x{c.batch}> "
