@@ -37,7 +37,7 @@ demo: setup
 	$(VENV)/bin/scholar demo
 
 test: setup-vllm
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=40
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow and not vllm and not slurm"
