@@ -11,15 +11,26 @@
 # skips finished queries (resume_dir). Needs ../shared/data. The Selector of the agent rows: $SELECTOR_MODEL
 # (default: the fine-tuned one from scripts/selector_learning.sh when present, else the embedded SmolLM2).
 #
-# The dense index covers only the papers before $DENSE_BEFORE (search.dense_before): exact for these queries
-# (dated 2007 to 2024-07-31; the arXiv dump is 2024-26), and it encodes ~9.5k papers instead of 99k on a CPU.
+# SETTING (issue 17): date_filtered = PaSa §5.1 (search before the query date); whole_corpus = search over the whole
+# corpus, expansion still date-filtered; both (default) = every row in both settings, side by side
+# (<row>@whole_corpus), each with the number of papers its queries searched over. The imitation data (step 1) is
+# date-filtered (crawler.env.search_date_filter=true, PaSa §5.1) in every setting.
+#
+# The dense index covers only the papers before $DENSE_BEFORE (search.dense_before): exact for date-filtered searches
+# of these queries (dated 2007 to 2024-07-31; the arXiv dump is 2024-26), and it encodes ~9.5k papers instead of 99k
+# on a CPU. A whole-corpus dense search needs the full index: DENSE_BEFORE is null unless SETTING=date_filtered.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-outputs/crawler_learning}
 SESSION_QUERIES=${SESSION_QUERIES:-300}
 SEARCH_QUERIES=${SEARCH_QUERIES:-100}
 AGENT_QUERIES=${AGENT_QUERIES:-20}
-DENSE_BEFORE=${DENSE_BEFORE:-2024-07-31}  # the latest before-date of the dev queries (20240731)
+SETTING=${SETTING:-both}
+if [ "$SETTING" = date_filtered ]; then
+  DENSE_BEFORE=${DENSE_BEFORE:-2024-07-31}  # the latest before-date of the dev queries (20240731)
+else
+  DENSE_BEFORE=${DENSE_BEFORE:-null}        # whole-corpus searches: the dense index over every paper
+fi
 SFT_EXTRA=${SFT_EXTRA:-}
 DEV=../shared/data/queries/autoscholarquery_dev.jsonl
 source scripts/_selector_model.sh
@@ -58,5 +69,5 @@ ROWS_ARG="rows=[$(IFS=,; echo "${SELECTED[*]}")]"
 scholar eval pasa papers=shared_corpus search=bm25 search.dense_before="$DENSE_BEFORE" queries.path=$DEV \
   queries.exclude_qids_file="$OUT/crawler_sft/split/train_qids.txt" queries.limit="$SEARCH_QUERIES" \
   selector_llm.model="$SELECTOR_MODEL" crawler.env.max_actions=5 crawler.env.max_sessions=4 chunk_queries=10 \
-  resume_dir="$OUT/eval_dev" "$ROWS_ARG"
+  setting="$SETTING" resume_dir="$OUT/eval_dev" "$ROWS_ARG"
 echo "report: $OUT/eval_dev/report.md"

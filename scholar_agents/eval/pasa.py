@@ -8,6 +8,12 @@ Each *row* of the report is one method run through the same harness on the same 
   ("PaSa-GPT-4o") with an untrained one; per-row switches give the Table 5 ablations (``expand: false`` = w/o
   [Expand]) and ``use_selector: false`` (every crawled paper returned).
 
+Two settings (``setting``): ``date_filtered`` = PaSa §5.1, every search sees only the papers published before the
+query date; ``whole_corpus`` = ours, the realistic one: search sees the whole corpus (a user searches today's
+corpus) while the Crawler's expansion stays date-filtered (``crawler.env.date_filter_expand``), so no citation
+leaks a later paper. ``both`` runs every row in each setting, side by side (``<row>@whole_corpus``). Each query's
+row records ``candidates_searched``: the papers its searches ranked (store papers before its date, or all).
+
 Outputs under the run directory: ``per_query/<row>.jsonl`` (one line per query; a re-run with
 ``resume_dir=<that run dir>`` skips what is done), ``trajectories/<row>.jsonl`` (agents), ``summary.json``,
 ``report.md`` (the table, plus the corpus, date filter and citation source), ``metrics.png``,
@@ -16,8 +22,11 @@ Outputs under the run directory: ``per_query/<row>.jsonl`` (one line per query; 
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import json
 import logging
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +44,9 @@ from scholar_agents.pasa.trajectory import write_trajectories
 log = logging.getLogger(__name__)
 
 METHODS = ("search", "paraphrase", "agent")
+# PaSa §5.1 (search before the query date) | ours (search over the whole corpus, expansion still date-filtered)
+SETTINGS = ("date_filtered", "whole_corpus")
+WHOLE_CORPUS_SUFFIX = "@whole_corpus"
 
 
 @dataclass
@@ -51,16 +63,44 @@ class RowSpec:
     ensemble: Optional[int] = None  # agent: override agent.ensemble
     label: Optional[str] = None  # shown in the table (default: name)
     limit: Optional[int] = None  # run this row on the first N queries only (slow agents next to cheap searches)
+    # false = search the whole corpus (set by ``setting``, not by hand); null = crawler.env.search_date_filter
+    search_date_filter: Optional[bool] = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"row {self.name!r}: method must be one of {METHODS}, got {self.method!r}")
 
 
-def row_specs(rows: Any) -> list[RowSpec]:
+def settings_of(setting: Optional[str], env_search_date_filter: bool = True) -> list[str]:
+    """The settings a run reports: ``setting`` (date_filtered | whole_corpus | both) or, when null, the one
+    ``crawler.env.search_date_filter`` names."""
+    if setting is None:
+        return ["date_filtered" if env_search_date_filter else "whole_corpus"]
+    if setting == "both":
+        return list(SETTINGS)
+    if setting not in SETTINGS:
+        from scholar_agents.validation import UsageError
+
+        raise UsageError(f"setting must be date_filtered, whole_corpus, both or null, got {setting!r}")
+    return [setting]
+
+
+def row_specs(rows: Any, settings: Sequence[str] = ("date_filtered",)) -> list[RowSpec]:
+    """The rows, once per setting: a whole-corpus copy is named ``<row>@whole_corpus`` when both settings run
+    (alone it keeps its name; the report states the setting)."""
     rows = OmegaConf.to_container(rows, resolve=True) if isinstance(rows, DictConfig) or hasattr(rows, "_content") \
         else rows
-    specs = [RowSpec(**r) for r in rows]
+    base = [RowSpec(**r) for r in rows]
+    specs = []
+    for setting in settings:
+        for b in base:
+            if setting == "date_filtered":
+                specs.append(dataclasses.replace(b, search_date_filter=True))
+            elif len(settings) == 1:
+                specs.append(dataclasses.replace(b, search_date_filter=False))
+            else:
+                specs.append(dataclasses.replace(b, name=b.name + WHOLE_CORPUS_SUFFIX, search_date_filter=False,
+                                                 label=(b.label or b.name) + " [whole corpus]"))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ValueError(f"row names must be unique, got {names}")
@@ -77,19 +117,44 @@ def gold_in_store(queries: Sequence[ScholarQuery], store) -> dict[str, int]:
     return {q.qid: sum(norm_id(g) in present for g in set(q.gold_ids)) for q in queries}
 
 
+class CandidateCounter:
+    """How many papers a search before a date ranks over: the store's papers dated strictly before it (a partial
+    date counts as its first day, as the indexes do; undated papers pass when ``keep_undated``), or all of them."""
+
+    def __init__(self, store, keep_undated: bool = True):
+        from scholar_agents.papers.dated_docs import date_key
+
+        dates = store.dates()
+        self._keys = sorted(date_key(d) for d in dates if d)
+        self._undated = len(dates) - len(self._keys) if keep_undated else 0
+        self.total = len(dates)
+
+    def __call__(self, before: Optional[str]) -> int:
+        from scholar_agents.papers.dated_docs import date_key, normalize_date
+
+        b = normalize_date(before)
+        if b is None:
+            return self.total
+        return bisect.bisect_left(self._keys, date_key(b)) + self._undated
+
+
 def search_rows(rankings: Sequence[Sequence[str]], queries: Sequence[ScholarQuery], in_store: dict[str, int],
-                wall_s: float) -> list[dict]:
+                wall_s: float, candidates: Optional[Sequence[int]] = None) -> list[dict]:
     out = []
-    for q, ranking in zip(queries, rankings):
+    for i, (q, ranking) in enumerate(zip(queries, rankings)):
         m = QueryMetrics(q.qid, len(set(q.gold_ids)), in_store[q.qid], n_returned=len(ranking),
                          wall_s=wall_s / max(len(queries), 1), **ranking_metrics(q.gold_ids, ranking))
-        out.append(m.to_dict())
+        d = m.to_dict()
+        if candidates is not None:
+            d["candidates_searched"] = candidates[i]
+        out.append(d)
     return out
 
 
-def agent_rows(results, queries: Sequence[ScholarQuery], in_store: dict[str, int]) -> list[dict]:
+def agent_rows(results, queries: Sequence[ScholarQuery], in_store: dict[str, int],
+               candidates: Optional[Sequence[int]] = None) -> list[dict]:
     out = []
-    for q, r in zip(queries, results):
+    for i, (q, r) in enumerate(zip(queries, results)):
         ranking = [p.paper_id for p in r.papers]
         selected = [p.paper_id for p in r.selected]
         trajs = r.trajectories
@@ -102,6 +167,8 @@ def agent_rows(results, queries: Sequence[ScholarQuery], in_store: dict[str, int
         d["grammar_errors"] = r.to_dict()["grammar_errors"]
         d["action_statuses"] = r.to_dict()["action_statuses"]
         d["stopped_by"] = [t.stopped_by for t in trajs]
+        if candidates is not None:
+            d["candidates_searched"] = candidates[i]
         out.append(d)
     return out
 
@@ -122,6 +189,10 @@ def summarize(rows_by_name: dict[str, list[dict]]) -> dict[str, dict]:
                 errs[k] = errs.get(k, 0) + v
         if errs:
             s["grammar_errors"] = errs
+        cands = [r["candidates_searched"] for r in rows if r.get("candidates_searched") is not None]
+        if cands:
+            s["candidates_searched_mean"] = sum(cands) / len(cands)
+            s["candidates_searched_median"] = statistics.median(cands)
         out[name] = s
     return out
 
@@ -133,10 +204,17 @@ def _fmt(v: Optional[float], digits: int = 4) -> str:
 def markdown_table(summary: dict[str, dict], labels: dict[str, str]) -> str:
     cols = ["Method", "Crawler Recall", "Precision", "Recall", "Recall@100", "Recall@50", "Recall@20",
             "Actions", "Wall s/query", "Queries"]
+    # the searched-corpus size per query (mean / median), only when the rows carry it
+    with_cands = any(s.get("candidates_searched_mean") is not None for s in summary.values())
+    if with_cands:
+        cols.insert(-1, "Candidates searched (mean / median)")
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] + ["---:"] * (len(cols) - 1)) + "|"]
     for name, s in summary.items():
         cells = [labels.get(name, name)] + [_fmt(s.get(m)) for m in METRIC_COLUMNS]
-        cells += [_fmt(s.get("actions"), 1), _fmt(s.get("wall_s"), 2), str(s.get("queries", 0))]
+        cells += [_fmt(s.get("actions"), 1), _fmt(s.get("wall_s"), 2)]
+        if with_cands:
+            cells.append(f"{_fmt(s.get('candidates_searched_mean'), 1)} / {_fmt(s.get('candidates_searched_median'), 1)}")
+        cells.append(str(s.get("queries", 0)))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -224,12 +302,19 @@ def pasa(cfg: DictConfig) -> dict:
     queries = [q for q in queries if q.gold_ids]
     if not queries:
         raise ValueError(f"{cfg.queries.path}: no query with gold papers (answer_arxiv_id) to evaluate")
-    specs = row_specs(cfg.rows)
+    settings = settings_of(cfg.get("setting"), bool(cfg.crawler.env.get("search_date_filter", True)))
+    specs = row_specs(cfg.rows, settings)
     res = Resources(cfg)
     in_store = gold_in_store(queries, res.store)
+    count_candidates = CandidateCounter(res.store, bool(cfg.search.get("keep_undated", True)))
     t_start = time.time()
 
     def run_chunk(spec: RowSpec, chunk: list[ScholarQuery]) -> tuple[list[dict], Any]:
+        # the before-date of this row's searches: the query's (PaSa §5.1) or none (whole corpus); expansion keeps
+        # crawler.env.date_filter_expand either way
+        filtered = spec.search_date_filter is not False and bool(cfg.crawler.env.date_filter)
+        befores = [q.before if filtered else None for q in chunk]
+        candidates = [count_candidates(b) for b in befores]
         if spec.method in ("search", "paraphrase"):
             search = res.search(spec.search)
             t0 = time.perf_counter()
@@ -243,13 +328,13 @@ def pasa(cfg: DictConfig) -> dict:
                 extra = [{"searched": p.query, "fallback": p.fallback} for p in paras]
             from scholar_agents.pasa.baselines import search_rankings
 
-            rankings = search_rankings(search, texts, [q.before for q in chunk], k=max(cfg.ks))
-            rows = search_rows(rankings, chunk, in_store, time.perf_counter() - t0)
+            rankings = search_rankings(search, texts, befores, k=max(cfg.ks))
+            rows = search_rows(rankings, chunk, in_store, time.perf_counter() - t0, candidates)
             return [{**r, **e} for r, e in zip(rows, extra)], None
         agent = res.agent(spec)
         results = agent.run(chunk, progress=False)
         trajs = [t for r in results for t in r.trajectories] if cfg.save_trajectories else None
-        return agent_rows(results, chunk, in_store), trajs
+        return agent_rows(results, chunk, in_store, candidates), trajs
 
     rows = run_rows(specs, queries, out, run_chunk, cfg.chunk_queries, progress=True)
     summary = summarize(rows)
@@ -262,6 +347,8 @@ def pasa(cfg: DictConfig) -> dict:
         "queries": f"{cfg.queries.path} ({len(queries)} queries with gold papers; offset {cfg.queries.offset}, "
                    f"limit {cfg.queries.limit})",
         **res.describe(),
+        "setting": ", ".join(settings) + " (date_filtered = PaSa §5.1: search before the query date; whole_corpus "
+                   "= ours: search over the whole corpus, expansion still date-filtered)",
         "gold papers in the corpus": f"{sum(in_store.values())} of {sum(len(set(q.gold_ids)) for q in queries)}",
         "rows": [OmegaConf.to_container(r, resolve=True) if isinstance(r, DictConfig) else r for r in cfg.rows],
         "wall time (s)": round(time.time() - t_start, 1),
