@@ -3,7 +3,9 @@
 #
 #   nice -n 10 bash scripts/crawler_learning.sh > outputs/crawler_learning/run.log 2>&1
 #
-# 1. `data_gen crawler_sessions` on the first $SESSION_QUERIES dev queries (SmolLM2 as the Table 7 teacher, vLLM);
+# 1. `data_gen crawler_sessions` on the first $SESSION_QUERIES dev queries: TEACHER=verified (default, the CPU
+#    preset's: queries verified against the gold papers with BM25, no LLM; issue 17) or TEACHER=llm (SmolLM2 as the
+#    Table 7 teacher, vLLM);
 # 2. `train crawler_sft` on them, 15 % of the user queries held out for the loss (split + train_qids.txt);
 # 3. `eval pasa` on dev queries NOT used by crawler SFT: search-only (BM25, dense MiniLM, hybrid RRF) on the first
 #    $SEARCH_QUERIES, then paraphrase + search and the agent before / after crawler SFT on the first $AGENT_QUERIES.
@@ -32,6 +34,7 @@ else
   DENSE_BEFORE=${DENSE_BEFORE:-null}        # whole-corpus searches: the dense index over every paper
 fi
 SFT_EXTRA=${SFT_EXTRA:-}
+TEACHER=${TEACHER:-verified}
 DEV=../shared/data/queries/autoscholarquery_dev.jsonl
 source scripts/_selector_model.sh
 export WANDB_MODE=${WANDB_MODE:-offline} TOKENIZERS_PARALLELISM=false
@@ -39,7 +42,7 @@ mkdir -p "$OUT"
 
 # 1. imitation data (Appendix A.1)
 scholar data_gen crawler_sessions papers=shared_corpus search=bm25 llm=smollm2_vllm data_gen.queries=$DEV \
-  limit="$SESSION_QUERIES" out_dir="$OUT/sessions"
+  data_gen.teacher="$TEACHER" limit="$SESSION_QUERIES" out_dir="$OUT/sessions"
 
 # 2. imitation learning (a plain HF dir in $OUT/crawler_sft/final)
 # shellcheck disable=SC2086

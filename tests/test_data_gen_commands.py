@@ -171,7 +171,7 @@ def test_autoscholarquery_end_to_end_and_resume(teacher_url, corpus, tmp_path):
 
 def test_crawler_sessions_end_to_end(teacher_url, corpus, tmp_path):
     out = tmp_path / "cs"
-    overrides = [f"out_dir={out}", "limit=20", "data_gen.shard_size=8", *corpus, *SEARCH,
+    overrides = [f"out_dir={out}", "limit=20", "data_gen.shard_size=8", "data_gen.teacher=llm", *corpus, *SEARCH,
                  *_teacher_llm(teacher_url, tmp_path)]
     res = crawler_sessions(compose("data_gen_crawler_sessions", overrides))
     st = res["stats"]
@@ -204,6 +204,38 @@ def test_crawler_sessions_end_to_end(teacher_url, corpus, tmp_path):
     assert rebuilt["llm_prompts_this_run"] == 0 and rebuilt["shards"]["computed"] == 0
     with pytest.raises(ValueError, match="different settings"):  # a setting of the search is one
         crawler_sessions(compose("data_gen_crawler_sessions", [*overrides, "search.k=3"]))
+
+
+def test_crawler_sessions_verified_teacher_end_to_end(corpus, tmp_path):
+    """The CPU preset's teacher=verified: no LLM, searches checked against the gold papers; stats over the TRAIN
+    sessions only (held-out user queries excluded)."""
+    out = tmp_path / "cs_verified"
+    overrides = [f"out_dir={out}", "limit=16", "data_gen.shard_size=8", "data_gen.eval_fraction=0.25", *corpus,
+                 *SEARCH, "llm.model=/nonexistent/never/loaded"]
+    cfg = compose("data_gen_crawler_sessions", overrides)
+    assert cfg.data_gen.teacher == "verified"
+    st = crawler_sessions(cfg)["stats"]
+    assert st["teacher"] == "verified" and st["llm_prompts_this_run"] == 0
+    train = [r for r in _rows(out / "train.jsonl") if r["meta"]["kind"] == "search"]
+    held = [r for r in _rows(out / "eval.jsonl") if r["meta"]["kind"] == "search"]
+    assert train and held
+    for r in train + held:
+        m = r["meta"]
+        parsed = parse_response(r["messages"][1]["content"])
+        assert parsed.ok and parsed.stopped
+        assert [a.argument for a in parsed.moves] == [k["query"] for k in m["verified"]]
+        assert 1 <= len(m["verified"]) <= 3
+        if not m["fallback_raw_query"]:
+            assert all(k["marginal_recall"] > 0 for k in m["verified"])
+            assert m["teacher_recall"] == pytest.approx(sum(k["marginal_recall"] for k in m["verified"]))
+        # the first kept query gains at least what the user query alone finds in its top k
+        assert m["teacher_recall"] >= m["raw_query_recall_at_k"] - 1e-9
+    v = st["verified_teacher"]
+    assert v["search_sessions"] == len(train)  # train only
+    assert v["mean_teacher_recall"] == pytest.approx(sum(r["meta"]["teacher_recall"] for r in train) / len(train))
+    assert v["mean_teacher_recall"] >= v["mean_raw_query_recall_at_10"]
+    assert "mean_raw_query_recall_at_30" in v and len(v["mean_marginal_recall_by_position"]) == 3
+    assert sum(v["kept_queries_by_source"].values()) == sum(len(r["meta"]["verified"]) for r in train)
 
 
 def _check_pairs(rows):

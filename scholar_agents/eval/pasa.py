@@ -213,7 +213,8 @@ def markdown_table(summary: dict[str, dict], labels: dict[str, str]) -> str:
         cells = [labels.get(name, name)] + [_fmt(s.get(m)) for m in METRIC_COLUMNS]
         cells += [_fmt(s.get("actions"), 1), _fmt(s.get("wall_s"), 2)]
         if with_cands:
-            cells.append(f"{_fmt(s.get('candidates_searched_mean'), 1)} / {_fmt(s.get('candidates_searched_median'), 1)}")
+            mean, median = s.get("candidates_searched_mean"), s.get("candidates_searched_median")
+            cells.append(f"{_fmt(mean, 1)} / {_fmt(median, 1)}")
         cells.append(str(s.get("queries", 0)))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
