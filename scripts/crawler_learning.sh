@@ -56,6 +56,7 @@ ROWS=(
   "{name: search_bm25, method: search, search: bm25, label: 'Search-only (BM25)'}"
   "{name: search_dense, method: search, search: dense, label: 'Search-only (dense, MiniLM)'}"
   "{name: search_hybrid, method: search, search: hybrid, label: 'Search-only (hybrid RRF)'}"
+  "{name: verified_teacher, method: verified_teacher, search: bm25, label: 'Verified teacher, BM25 (oracle: the ceiling of its imitation data)'}"
   "{name: paraphrase_bm25, method: paraphrase, search: bm25, limit: $AGENT_QUERIES, label: 'LLM paraphrase (SmolLM2, Table 13) + BM25'}"
   "{name: agent_smollm2, method: agent, limit: $AGENT_QUERIES, label: 'Agent, SmolLM2 before crawler SFT'}"
   "{name: agent_smollm2_instructed, method: agent, instructed_prompts: true, limit: $AGENT_QUERIES, label: 'Agent, SmolLM2 before SFT + format instructions (prompted agent)'}"

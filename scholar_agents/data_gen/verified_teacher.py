@@ -72,6 +72,7 @@ class VerifiedQueries:
     raw_recall_at_budget: float  # the user query alone, top search_k x max_queries (the teacher's paper budget)
     fallback: bool = False  # no candidate found a gold paper: the user query alone
     by_source: dict[str, int] = field(default_factory=dict)
+    found: list[str] = field(default_factory=list)  # the kept searches' hits, round-robin by rank, de-duplicated
 
     @property
     def queries(self) -> list[str]:
@@ -181,6 +182,17 @@ def greedy_select(candidates: Sequence[Candidate], found: Sequence[Sequence[str]
     return kept
 
 
+def _round_robin(rankings: Sequence[Sequence[str]]) -> list[str]:
+    out: list[str] = []
+    seen: set[str] = set()
+    for rank in range(max((len(r) for r in rankings), default=0)):
+        for r in rankings:
+            if rank < len(r) and r[rank] not in seen:
+                seen.add(r[rank])
+                out.append(r[rank])
+    return out
+
+
 def verify_queries(search, users: Sequence, candidates: Sequence[list[Candidate]], befores: Sequence[str | None],
                    search_k: int, max_queries: int, fallback_raw_query: bool = True) -> list[VerifiedQueries]:
     """Search every candidate of every user query in one batch and select greedily (see the module docstring).
@@ -211,8 +223,10 @@ def verify_queries(search, users: Sequence, candidates: Sequence[list[Candidate]
         by_source: dict[str, int] = {}
         for k in kept:
             by_source[k.source] = by_source.get(k.source, 0) + 1
+        hit_of = {c.query: h for c, h in zip(cands, per_user[i])}
+        kept_hits = [hit_of.get(k.query, [h.paper_id for h in raw[i][:search_k]]) for k in kept]
         out.append(VerifiedQueries(
             kept=kept, candidates=len(cands), teacher_recall=sum(len(k.added) for k in kept) / n,
             raw_recall_at_k=len(raw_k & gold) / n, raw_recall_at_budget=len(raw_b & gold) / n, fallback=fallback,
-            by_source=by_source))
+            by_source=by_source, found=_round_robin(kept_hits)))
     return out

@@ -4,6 +4,9 @@ Each *row* of the report is one method run through the same harness on the same 
 
 - ``search``: the user query straight into our search (BM25, dense or hybrid) — Table 2's "Google" row;
 - ``paraphrase``: the Table 13 LLM paraphrase, then search — "Google with GPT-4o";
+- ``verified_teacher``: the ceiling of a Crawler imitating ``data_gen crawler_sessions teacher=verified`` — an
+  ORACLE (it reads the gold papers): the teacher's kept searches (at most ``verified_max_queries`` of the
+  ``data_gen`` defaults, ``crawler.env.search_k`` hits each), their hits as the queue (crawler recall) and ranking;
 - ``agent``: the Crawler + Selector (``pasa.agent``): PaSa-7b with a trained crawler, the prompted agent
   ("PaSa-GPT-4o") with an untrained one; per-row switches give the Table 5 ablations (``expand: false`` = w/o
   [Expand]) and ``use_selector: false`` (every crawled paper returned).
@@ -36,14 +39,14 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from scholar_agents.eval.pasa_metrics import (
-    METRIC_COLUMNS, QueryMetrics, agent_metrics, mean_metrics, norm_id, ranking_metrics,
+    METRIC_COLUMNS, QueryMetrics, agent_metrics, mean_metrics, norm_id, ranking_metrics, recall,
 )
 from scholar_agents.pasa.queries import ScholarQuery
 from scholar_agents.pasa.trajectory import write_trajectories
 
 log = logging.getLogger(__name__)
 
-METHODS = ("search", "paraphrase", "agent")
+METHODS = ("search", "paraphrase", "verified_teacher", "agent")
 # PaSa §5.1 (search before the query date) | ours (search over the whole corpus, expansion still date-filtered)
 SETTINGS = ("date_filtered", "whole_corpus")
 WHOLE_CORPUS_SUFFIX = "@whole_corpus"
@@ -170,6 +173,31 @@ def agent_rows(results, queries: Sequence[ScholarQuery], in_store: dict[str, int
         if candidates is not None:
             d["candidates_searched"] = candidates[i]
         out.append(d)
+    return out
+
+
+def teacher_rows(search, queries: Sequence[ScholarQuery], befores: Sequence[Optional[str]], in_store: dict[str, int],
+                 candidates: Sequence[int], search_k: int) -> list[dict]:
+    """The verified teacher's searches as a row (an oracle: it reads the gold papers), with the data_gen defaults
+    (``CrawlerSessionsConfig``) so that the row is the ceiling of the Crawler trained on that data."""
+    from scholar_agents.data_gen.crawler_sessions import CrawlerSessionsConfig
+    from scholar_agents.data_gen.verified_teacher import candidate_queries, verify_queries
+
+    d = CrawlerSessionsConfig()
+    t0 = time.perf_counter()
+    cands = [candidate_queries(q.question, q.gold_titles, n_key_phrases=d.key_phrases, ngram=d.key_phrase_ngram,
+                               hindsight=d.hindsight, min_support=d.hindsight_min_support,
+                               per_title=d.hindsight_phrases_per_title) for q in queries]
+    verified = verify_queries(search, queries, cands, befores, search_k, d.verified_max_queries,
+                              d.verified_fallback_raw)
+    wall = (time.perf_counter() - t0) / max(len(queries), 1)
+    out = []
+    for q, v, n_cand in zip(queries, verified, candidates):
+        m = QueryMetrics(q.qid, len(set(q.gold_ids)), in_store[q.qid], crawler_recall=recall(q.gold_ids, v.found),
+                         n_queue=len(v.found), actions=len(v.kept), wall_s=wall,
+                         **ranking_metrics(q.gold_ids, v.found))
+        out.append({**m.to_dict(), "candidates_searched": n_cand, "searched": v.queries,
+                    "raw_query_recall_at_k": v.raw_recall_at_k})
     return out
 
 
@@ -316,6 +344,9 @@ def pasa(cfg: DictConfig) -> dict:
         filtered = spec.search_date_filter is not False and bool(cfg.crawler.env.date_filter)
         befores = [q.before if filtered else None for q in chunk]
         candidates = [count_candidates(b) for b in befores]
+        if spec.method == "verified_teacher":
+            return teacher_rows(res.search(spec.search), chunk, befores, in_store, candidates,
+                                int(cfg.crawler.env.search_k)), None
         if spec.method in ("search", "paraphrase"):
             search = res.search(spec.search)
             t0 = time.perf_counter()
