@@ -288,6 +288,37 @@ def test_selector_pairs_end_to_end(teacher_url, corpus, tmp_path):
     _check_pairs(_rows(tmp_path / "cpu" / "train.jsonl"))
 
 
+def test_selector_pairs_negatives_from_the_verified_teachers_searches(teacher_url, corpus, tmp_path):
+    """data_gen.crawl_queries=verified (issue 17): the simulated crawl runs the verified Crawler teacher's searches
+    (no Table 7 prompt); its negatives are non-gold papers of the searches that found the gold ones."""
+    from scholar_agents.data_gen.verified_teacher import candidate_queries, verify_queries
+    from scholar_agents.papers.index import load_or_build_search
+    from scholar_agents.papers.store import PaperStore
+
+    out = tmp_path / "spv"
+    cfg = compose("data_gen_selector_pairs", [f"out_dir={out}", "limit=12", "data_gen.max_negative_candidates=null",
+                                              "data_gen.crawl_queries=verified", "data_gen.expand_hits=false",
+                                              "data_gen.queue_prob=1.0", *corpus, *SEARCH,
+                                              *_teacher_llm(teacher_url, tmp_path)])
+    c = selector_pairs(cfg)["stats"]["counts"]
+    assert "teacher_query_prompts" not in c and c["crawl_verified_queries"] >= 12
+    rows = _rows(out / "train.jsonl")
+    _check_pairs(rows)
+    negatives = [r for r in rows if r["meta"]["kind"] == "negative"]
+    assert negatives
+    # every negative is a hit of one of its query's verified searches (queue_prob 1, no expansion)
+    from scholar_agents.pasa.queries import load_pasa_queries
+
+    queries = {q.qid: q for q in load_pasa_queries(cfg.data_gen.queries, limit=12)}
+    with PaperStore(cfg.papers.store, readonly=True) as store:
+        search = load_or_build_search(cfg.search, store, None, cfg.papers.index_dir)
+        for r in negatives:
+            q = queries[r["meta"]["qid"]]
+            [v] = verify_queries(search, [q], [candidate_queries(q.question, q.gold_titles)], [q.before], 10, 3)
+            hits = {h.paper_id for hs in search.search_batch(v.queries, k=10, before=q.before) for h in hs}
+            assert r["meta"]["paper_id"] in hits
+
+
 def _gold_ids(qid):
     from scholar_agents.hydra_app import PACKAGE_DIR
 
