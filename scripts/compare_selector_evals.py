@@ -38,6 +38,16 @@ def main(argv: list[str] | None = None) -> str:
         lines.append(f"| {meta['name']} | {m['n']} ({m['positives']}) | {m['precision']:.3f} | {m['recall']:.3f} | "
                      f"{m['f1']:.3f} | {m['accuracy']:.3f} | {m['auc']:.3f} | {m['reliability']['ece']:.3f} | "
                      f"{meta['pairs_per_second']:.2f} |")
+    # the zero-shot rows (eval selector `baselines`) of the first run that has them: the bar on AUC
+    for run in map(Path, args.runs):
+        report = json.loads((run / "metrics.json").read_text())
+        if report.get("baselines"):
+            labels = report["meta"].get("baseline_labels", {})
+            for b, m in report["baselines"].items():
+                lines.append(f"| {labels.get(b, b)} (F1 at min-max 0.5) | {m['n']} ({m['positives']}) | "
+                             f"{m['precision']:.3f} | {m['recall']:.3f} | {m['f1']:.3f} | {m['accuracy']:.3f} | "
+                             f"{m['auc']:.3f} | - | - |")
+            break
     reliability_diagram(curves, out / "reliability.png", title="Selector calibration (held-out queries)")
     table = "\n".join(lines) + "\n"
     (out / "comparison.md").write_text(table + "\n![reliability](reliability.png)\n")

@@ -39,6 +39,8 @@ PAPER = {
     "pasa_selector_sft_a6000": "as pasa_selector_sft on 8 H100 (the paper ran no A6000)",
     "pasa_crawler_sft": "Qwen2.5-7B-Instruct; 12,989 session trajectories; 8 H100; lr 1e-5, batch 4/GPU, 1 epoch "
                         "(PaSa App. A.1)",
+    "pasa_crawler_sessions": "Table 7 teacher (GPT-4o in the paper) writes the search sessions; expand sessions on "
+                             "sections citing gold papers; AutoScholarQuery train (PaSa App. A.1)",
     "pasa_crawler_ppo": "Crawler SFT policy + value (Qwen2.5-7B), Selector RM; AutoScholarQuery train; 16 H100; "
                         "α 1.5, lr 1e-6, 2 epochs/step, fwd batch 1 x acc 16, 250 steps (50 frozen) (PaSa Table 9)",
     "pasa_eval": "PaSa-7b Crawler + Selector; AutoScholarQuery test (Table 2), RealScholarQuery (Table 3); "

@@ -44,6 +44,9 @@ CASES = [
     (["eval", "selector"], "data.path is required"),
     (["data_gen", "crawler_sessions", "data_gen.queries={d}/missing.jsonl"], "no such file"),
     (["data_gen", "crawler_sessions", "crawler.env.prompt_style=official"], "keep crawler.env.prompt_style=paper"),
+    (["data_gen", "crawler_sessions", "data_gen.teacher=oracle"], "data_gen.teacher must be one of llm, verified"),
+    (["data_gen", "selector_pairs", "data_gen.crawl_queries=oracle"], "data_gen.crawl_queries must be llm or verified"),
+    (["eval", "pasa", "setting=everything"], "setting must be date_filtered, whole_corpus, both or null"),
 ]
 
 

@@ -115,6 +115,22 @@ def test_official_switch_leaves_expansion_unfiltered(toy):
     assert rec.actions[0].added == ["B", "C", "X"]
 
 
+def test_whole_corpus_search_finds_later_papers_but_expansion_never_does(toy):
+    """crawler.env.search_date_filter=false (ours, the realistic setting): [Search] ranks the whole corpus, so X
+    (2021, after the query date) is found; an [Expand] citing X still drops it (date_filter_expand), PaSa §5.1."""
+    store, search = toy
+    query = "graph neural networks for molecules future survey"
+    for search_filter, x_found in [(True, False), (False, True)]:
+        env = CrawlEnv(store, search, CrawlConfig(search_k=9, search_date_filter=search_filter))
+        [state] = env.reset([QUERY])
+        [rec] = env.step([env.search_session(state)], [gen(f"[Search] {query} [Stop]")])
+        assert ("X" in rec.actions[0].added) is x_found
+        assert state.before == "2020-06-30"  # the query keeps its date for expansion either way
+        [state] = env.reset([QUERY])
+        [rec] = env.step([env.expand_session(state, "A")], [gen("[Expand] 1 Introduction [Stop]")])
+        assert rec.actions[0].added == ["B", "C"] and rec.actions[0].dropped_by_date == 1
+
+
 def test_depth_limit_stops_the_paper_tree(toy):
     store, search = toy
     for max_depth, expected in [(2, {"A"}), (3, {"A", "B"})]:

@@ -171,7 +171,7 @@ def test_autoscholarquery_end_to_end_and_resume(teacher_url, corpus, tmp_path):
 
 def test_crawler_sessions_end_to_end(teacher_url, corpus, tmp_path):
     out = tmp_path / "cs"
-    overrides = [f"out_dir={out}", "limit=20", "data_gen.shard_size=8", *corpus, *SEARCH,
+    overrides = [f"out_dir={out}", "limit=20", "data_gen.shard_size=8", "data_gen.teacher=llm", *corpus, *SEARCH,
                  *_teacher_llm(teacher_url, tmp_path)]
     res = crawler_sessions(compose("data_gen_crawler_sessions", overrides))
     st = res["stats"]
@@ -204,6 +204,38 @@ def test_crawler_sessions_end_to_end(teacher_url, corpus, tmp_path):
     assert rebuilt["llm_prompts_this_run"] == 0 and rebuilt["shards"]["computed"] == 0
     with pytest.raises(ValueError, match="different settings"):  # a setting of the search is one
         crawler_sessions(compose("data_gen_crawler_sessions", [*overrides, "search.k=3"]))
+
+
+def test_crawler_sessions_verified_teacher_end_to_end(corpus, tmp_path):
+    """The CPU preset's teacher=verified: no LLM, searches checked against the gold papers; stats over the TRAIN
+    sessions only (held-out user queries excluded)."""
+    out = tmp_path / "cs_verified"
+    overrides = [f"out_dir={out}", "limit=16", "data_gen.shard_size=8", "data_gen.eval_fraction=0.25", *corpus,
+                 *SEARCH, "llm.model=/nonexistent/never/loaded"]
+    cfg = compose("data_gen_crawler_sessions", overrides)
+    assert cfg.data_gen.teacher == "verified"
+    st = crawler_sessions(cfg)["stats"]
+    assert st["teacher"] == "verified" and st["llm_prompts_this_run"] == 0
+    train = [r for r in _rows(out / "train.jsonl") if r["meta"]["kind"] == "search"]
+    held = [r for r in _rows(out / "eval.jsonl") if r["meta"]["kind"] == "search"]
+    assert train and held
+    for r in train + held:
+        m = r["meta"]
+        parsed = parse_response(r["messages"][1]["content"])
+        assert parsed.ok and parsed.stopped
+        assert [a.argument for a in parsed.moves] == [k["query"] for k in m["verified"]]
+        assert 1 <= len(m["verified"]) <= 3
+        if not m["fallback_raw_query"]:
+            assert all(k["marginal_recall"] > 0 for k in m["verified"])
+            assert m["teacher_recall"] == pytest.approx(sum(k["marginal_recall"] for k in m["verified"]))
+        # the first kept query gains at least what the user query alone finds in its top k
+        assert m["teacher_recall"] >= m["raw_query_recall_at_k"] - 1e-9
+    v = st["verified_teacher"]
+    assert v["search_sessions"] == len(train)  # train only
+    assert v["mean_teacher_recall"] == pytest.approx(sum(r["meta"]["teacher_recall"] for r in train) / len(train))
+    assert v["mean_teacher_recall"] >= v["mean_raw_query_recall_at_10"]
+    assert "mean_raw_query_recall_at_30" in v and len(v["mean_marginal_recall_by_position"]) == 3
+    assert sum(v["kept_queries_by_source"].values()) == sum(len(r["meta"]["verified"]) for r in train)
 
 
 def _check_pairs(rows):
@@ -254,6 +286,37 @@ def test_selector_pairs_end_to_end(teacher_url, corpus, tmp_path):
     assert c3["positive_pairs"] == c["positive_pairs"] + c["positive_rejected_teacher_false"]
     assert c3["negative_pairs"] == c["negative_pairs"] + c["negative_dropped_teacher_selected"]
     _check_pairs(_rows(tmp_path / "cpu" / "train.jsonl"))
+
+
+def test_selector_pairs_negatives_from_the_verified_teachers_searches(teacher_url, corpus, tmp_path):
+    """data_gen.crawl_queries=verified (issue 17): the simulated crawl runs the verified Crawler teacher's searches
+    (no Table 7 prompt); its negatives are non-gold papers of the searches that found the gold ones."""
+    from scholar_agents.data_gen.verified_teacher import candidate_queries, verify_queries
+    from scholar_agents.papers.index import load_or_build_search
+    from scholar_agents.papers.store import PaperStore
+
+    out = tmp_path / "spv"
+    cfg = compose("data_gen_selector_pairs", [f"out_dir={out}", "limit=12", "data_gen.max_negative_candidates=null",
+                                              "data_gen.crawl_queries=verified", "data_gen.expand_hits=false",
+                                              "data_gen.queue_prob=1.0", *corpus, *SEARCH,
+                                              *_teacher_llm(teacher_url, tmp_path)])
+    c = selector_pairs(cfg)["stats"]["counts"]
+    assert "teacher_query_prompts" not in c and c["crawl_verified_queries"] >= 12
+    rows = _rows(out / "train.jsonl")
+    _check_pairs(rows)
+    negatives = [r for r in rows if r["meta"]["kind"] == "negative"]
+    assert negatives
+    # every negative is a hit of one of its query's verified searches (queue_prob 1, no expansion)
+    from scholar_agents.pasa.queries import load_pasa_queries
+
+    queries = {q.qid: q for q in load_pasa_queries(cfg.data_gen.queries, limit=12)}
+    with PaperStore(cfg.papers.store, readonly=True) as store:
+        search = load_or_build_search(cfg.search, store, None, cfg.papers.index_dir)
+        for r in negatives:
+            q = queries[r["meta"]["qid"]]
+            [v] = verify_queries(search, [q], [candidate_queries(q.question, q.gold_titles)], [q.before], 10, 3)
+            hits = {h.paper_id for hs in search.search_batch(v.queries, k=10, before=q.before) for h in hs}
+            assert r["meta"]["paper_id"] in hits
 
 
 def _gold_ids(qid):

@@ -92,6 +92,7 @@ def test_experiment_composes_without_cpu_defaults(cluster_env, experiment, root)
 
 def test_every_experiment_has_roots_and_the_expected_set():
     assert set(EXPERIMENTS) >= {"pasa_selector_sft", "pasa_selector_sft_a6000", "pasa_crawler_sft",
+                                "pasa_crawler_sessions",
                                 "pasa_crawler_ppo", "pasa_eval", "pasa_eval_ours", "thought_academiceval",
                                 "scipip_7b"}
     for roots in EXPERIMENTS.values():
@@ -140,6 +141,15 @@ def test_paper_values(cluster_env):
     assert (sp.llm.data_parallel_size, sp.scipip.backgrounds_path) == (8, "/cluster/scipip/bg.jsonl")
 
 
+def test_crawler_sessions_teacher_is_the_papers_llm_in_the_experiment_and_verified_on_cpu(cluster_env):
+    """Issue 17: the paper run's Crawler data keeps PaSa's Table 7 LLM teacher; the CPU preset verifies its queries."""
+    paper = experiment_table.compose("data_gen_crawler_sessions", ["experiment=pasa_crawler_sessions"])
+    assert (paper.data_gen.teacher, paper.data_gen.queries) == ("llm",
+                                                                "/cluster/pasa-dataset/AutoScholarQuery/train.jsonl")
+    assert paper.crawler.env.search_date_filter is True
+    assert experiment_table.compose("data_gen_crawler_sessions", []).data_gen.teacher == "verified"
+
+
 def test_cluster_only_paths_fail_with_the_variable_to_set(cluster_env, monkeypatch):
     monkeypatch.delenv("PASA_DATA")
     cfg = experiment_table.compose("train_selector_sft", ["experiment=pasa_selector_sft"])
@@ -158,7 +168,8 @@ DOC_FILES = [REPO / "README.md", REPO / "docs" / "cluster.md", *sorted((REPO / "
              *sorted(experiment_table.EXPERIMENT_DIR.glob("*.yaml")),
              *sorted((experiment_table.CONF_DIR / "ppo").glob("*.yaml")),
              *sorted((experiment_table.CONF_DIR / "sft").glob("*.yaml")),
-             REPO / "docs" / "ppo.md", REPO / "docs" / "thought_retriever.md"]
+             REPO / "docs" / "ppo.md", REPO / "docs" / "thought_retriever.md", REPO / "docs" / "pasa.md",
+             REPO / "docs" / "data_gen.md"]
 TEMPLATE_COMMANDS = {"crawler_ppo": "train crawler_ppo", "selector_sft": "train selector_sft",
                      "crawler_sft": "train crawler_sft", "pasa_eval": "eval pasa", "thought_vllm": "thought run",
                      "probe": "slurm probe", "vllm_node": None}  # vllm_node: the command is its first two words

@@ -1,7 +1,12 @@
 """``scholar data_gen crawler_sessions``: the Crawler's imitation-learning sessions, exactly as PaSa Appendix A.1.
 
-- **Search sessions** (start state S_q): the teacher LLM writes search queries for a user query with the Table 7
-  prompt; the session is the Table 8 search prompt answered by ``[Search] q1 [Search] q2 ... [Stop]``.
+- **Search sessions** (start state S_q): the teacher writes search queries for a user query; the session is the
+  Table 8 search prompt answered by ``[Search] q1 [Search] q2 ... [Stop]``. ``data_gen.teacher=llm`` (PaSa): the
+  teacher LLM with the Table 7 prompt. ``data_gen.teacher=verified`` (ours, the CPU preset's default): candidate
+  queries (the query, its key phrases, gold-title phrases it supports, optionally LLM rewrites) checked with the
+  crawl environment's own search against the gold papers, greedy marginal gain
+  (:mod:`scholar_agents.data_gen.verified_teacher`); the stats report each kept query's marginal recall and the
+  recall the teacher reached next to the raw query's.
 - **Expand sessions** (start state S_{q+p}): the generated queries are searched (our search backend, restricted
   to papers published before the query date); papers are sampled from the results; every section of the paper
   that cites a gold paper of the query is selected, every other section with probability 0.1 ("to enhance
@@ -18,7 +23,7 @@ from __future__ import annotations
 import logging
 import random
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -43,6 +48,7 @@ log = logging.getLogger(__name__)
 # Settings that change which items are read or how the output is assembled, not what a shard holds (the shards'
 # item keys guard those): a re-run with other values still resumes.
 _NOT_IN_FINGERPRINT = ("queries", "eval_fraction", "shard_size")
+TEACHERS = ("llm", "verified")
 
 
 @dataclass
@@ -52,12 +58,28 @@ class CrawlerSessionsConfig:
     queries: str = "${paths.sample_dir}/autoscholarquery_dev.jsonl"  # PaSa-format queries (the train split in PaSa)
     search_sessions: bool = True
     expand_sessions: bool = True
+    # Who writes the [Search] queries: "llm" = PaSa Table 7 (the paper); "verified" = ours (verified_teacher.py):
+    # candidates checked against the gold papers with the environment's own search, greedy marginal gain.
+    teacher: str = "llm"
     # Table 7 teacher generation
     max_new_tokens: int = 256
     temperature: float = 0.0
     max_search_queries: Optional[int] = None  # cap on [Search] actions per session (null = all the teacher wrote)
     # Ours, for small teachers: the start of the Table 7 answer written for the model (e.g. '["'). Empty = the paper.
     response_prefix: str = ""
+    # teacher=verified (ours): at most `verified_max_queries` kept searches per session, each verified with
+    # crawler.env.search_k hits; candidates = the query, `key_phrases` YAKE phrases of it (<= `key_phrase_ngram`
+    # words), gold-title phrases it supports (`hindsight`: the title and `hindsight_phrases_per_title` YAKE phrases
+    # of it with >= `hindsight_min_support` of their content words in the query), Table 7 LLM queries when
+    # `llm_candidates`. `verified_fallback_raw`: a query whose candidates find no gold paper gets "[Search] <query>".
+    verified_max_queries: int = 3
+    key_phrases: int = 5
+    key_phrase_ngram: int = 3
+    hindsight: bool = True
+    hindsight_min_support: float = 0.5
+    hindsight_phrases_per_title: int = 5
+    llm_candidates: bool = False
+    verified_fallback_raw: bool = True
     # Expand sessions (A.1)
     search_k: int = 10  # results per generated query
     papers_per_query: int = 3  # expand sessions per user query (PaSa: 9,978 expand / 3,011 search sessions ~ 3.3)
@@ -118,32 +140,83 @@ def expand_session(env, q: ScholarQuery, paper: Paper, rng: random.Random, other
                                            "random_sections": by_chance}}
 
 
+def _llm_teacher(llm, queries: list[ScholarQuery], dg, seed: int, stats: Counter):
+    return generate_teacher_queries(llm.get(), [q.question for q in queries], int(dg.max_new_tokens),
+                                    float(dg.temperature), seed, dg.max_search_queries, stats,
+                                    str(dg.response_prefix))
+
+
+def _verified_teacher(llm, env, search, queries: list[ScholarQuery], dg, seed: int, stats: Counter):
+    """Candidates verified with the environment's own search (verified_teacher.py): (kept queries, their
+    per-query meta) per user query."""
+    from scholar_agents.data_gen.verified_teacher import candidate_queries, verify_queries
+
+    llm_qs: list[list[str]] = [[] for _ in queries]
+    if dg.llm_candidates:
+        teacher, _ = _llm_teacher(llm, queries, dg, seed, stats)
+        llm_qs = [tq.queries for tq in teacher]
+    cands = [candidate_queries(q.question, q.gold_titles, lq, n_key_phrases=int(dg.key_phrases),
+                               ngram=int(dg.key_phrase_ngram), hindsight=bool(dg.hindsight),
+                               min_support=float(dg.hindsight_min_support),
+                               per_title=int(dg.hindsight_phrases_per_title))
+             for q, lq in zip(queries, llm_qs)]
+    befores = [env.search_before(q.before) if env.cfg.date_filter else None for q in queries]
+    verified = verify_queries(search, queries, cands, befores, env.cfg.search_k, int(dg.verified_max_queries),
+                              bool(dg.verified_fallback_raw))
+    stats["verified_candidates_searched"] += sum(len(c) for c in cands)
+    return verified
+
+
 def sessions_for_shard(llm, env, search, store, queries: list[ScholarQuery], dg, seed: int) -> tuple[list[dict], dict]:
+    """``llm``: a LazyLLM (loaded only when the teacher asks it)."""
     stats: Counter = Counter()
-    teacher, raw = generate_teacher_queries(llm, [q.question for q in queries], int(dg.max_new_tokens),
-                                            float(dg.temperature), seed, dg.max_search_queries, stats,
-                                            str(dg.response_prefix))
-    rows: list[dict] = []
-    for q, tq, text in zip(queries, teacher, raw):
-        stats["user_queries"] += 1
-        if not tq.queries:
-            stats["user_queries_without_teacher_queries"] += 1
-            rows.append({"messages": None, "meta": {"kind": "failed_teacher_queries", "qid": q.qid, "raw_output": text,
-                                                    "failure": tq.failure}})
-            continue
-        if dg.search_sessions:
-            response = render_response(SEARCH, tq.queries)
-            rows.append({"messages": env.state_messages(q.question) + [{"role": "assistant", "content": response}],
-                         "meta": {"kind": SEARCH, "qid": q.qid, "user_query": q.question, "raw_output": text,
-                                  "repairs": tq.repairs}})
-            stats["search_sessions"] += 1
+    search_queries: list[list[str]] = []
+    if dg.teacher == "verified":
+        verified = _verified_teacher(llm, env, search, queries, dg, seed, stats)
+        rows: list[dict] = []
+        for q, v in zip(queries, verified):
+            stats["user_queries"] += 1
+            search_queries.append(v.queries)
+            if not v.kept:
+                stats["user_queries_without_teacher_queries"] += 1
+                rows.append({"messages": None, "meta": {"kind": "failed_teacher_queries", "qid": q.qid,
+                                                        "failure": "no_candidate_finds_gold"}})
+                continue
+            stats["verified_fallback_raw_query"] += int(v.fallback)
+            if dg.search_sessions:
+                response = render_response(SEARCH, v.queries)
+                rows.append({"messages": env.state_messages(q.question) + [{"role": "assistant", "content": response}],
+                             "meta": {"kind": SEARCH, "qid": q.qid, "user_query": q.question, "teacher": "verified",
+                                      "verified": [asdict(k) for k in v.kept], "candidates": v.candidates,
+                                      "teacher_recall": v.teacher_recall, "raw_query_recall_at_k": v.raw_recall_at_k,
+                                      "raw_query_recall_at_budget": v.raw_recall_at_budget,
+                                      "fallback_raw_query": v.fallback}})
+                stats["search_sessions"] += 1
+    else:
+        teacher, raw = _llm_teacher(llm, queries, dg, seed, stats)
+        rows = []
+        for q, tq, text in zip(queries, teacher, raw):
+            stats["user_queries"] += 1
+            search_queries.append(tq.queries)
+            if not tq.queries:
+                stats["user_queries_without_teacher_queries"] += 1
+                rows.append({"messages": None, "meta": {"kind": "failed_teacher_queries", "qid": q.qid,
+                                                        "raw_output": text, "failure": tq.failure}})
+                continue
+            if dg.search_sessions:
+                response = render_response(SEARCH, tq.queries)
+                rows.append({"messages": env.state_messages(q.question) + [{"role": "assistant", "content": response}],
+                             "meta": {"kind": SEARCH, "qid": q.qid, "user_query": q.question, "raw_output": text,
+                                      "repairs": tq.repairs}})
+                stats["search_sessions"] += 1
     if dg.expand_sessions:
         flat, owner = [], []
-        for i, tq in enumerate(teacher):
-            for sq in tq.queries:
+        for i, sqs in enumerate(search_queries):
+            for sq in sqs:
                 flat.append(sq)
                 owner.append(i)
-        befores = [queries[i].before for i in owner] if env.cfg.date_filter else None
+        # the environment's rule: before the query date (PaSa §5.1) unless crawler.env.search_date_filter=false
+        befores = [env.search_before(queries[i].before) for i in owner] if env.cfg.date_filter else None
         hits = search.search_batch(flat, k=int(dg.search_k), before=befores) if flat else []
         per_query: list[list] = [[] for _ in queries]
         for i, h in zip(owner, hits):
@@ -178,6 +251,36 @@ def sessions_for_shard(llm, env, search, store, queries: list[ScholarQuery], dg,
     return rows, dict(stats)
 
 
+def verified_summary(rows: list[dict], max_queries: int, search_k: int) -> dict[str, Any]:
+    """The verified teacher over the TRAIN search sessions: its recall (the ceiling a student imitating it can
+    reach with <= max_queries searches) next to the raw user query's at the environment's k and at the same paper
+    budget, and each kept position's mean marginal recall."""
+    metas = [r["meta"] for r in rows if r["meta"]["kind"] == SEARCH and "verified" in r["meta"]]
+    if not metas:
+        return {"search_sessions": 0}
+    n = len(metas)
+    by_pos: list[list[float]] = [[] for _ in range(max_queries)]
+    sources: Counter = Counter()
+    for m in metas:
+        for i, k in enumerate(m["verified"]):
+            by_pos[i].append(k["marginal_recall"])
+            sources[k["source"]] += 1
+    return {
+        "search_sessions": n,
+        "mean_teacher_recall": sum(m["teacher_recall"] for m in metas) / n,
+        f"mean_raw_query_recall_at_{search_k}": sum(m["raw_query_recall_at_k"] for m in metas) / n,
+        f"mean_raw_query_recall_at_{search_k * max_queries}": sum(m["raw_query_recall_at_budget"] for m in metas) / n,
+        "mean_kept_queries": sum(len(m["verified"]) for m in metas) / n,
+        "mean_candidates": sum(m["candidates"] for m in metas) / n,
+        "fallback_raw_query": sum(bool(m["fallback_raw_query"]) for m in metas),
+        # the mean over sessions that kept a query at that position
+        "mean_marginal_recall_by_position": [sum(v) / len(v) if v else None for v in by_pos],
+        "kept_queries_by_source": dict(sources),
+        "papers_per_search": search_k,
+        "max_queries": max_queries,
+    }
+
+
 def crawler_sessions(cfg: DictConfig) -> dict:
     from scholar_agents.data_gen.paper_access import open_corpus
     from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
@@ -187,6 +290,10 @@ def crawler_sessions(cfg: DictConfig) -> dict:
     dg = cfg.data_gen
     out_dir = Path(str(cfg.out_dir))
     limit = optional_positive_int(cfg.get("limit"), "limit", "the first N user queries; null = all")
+    if dg.teacher not in TEACHERS:
+        raise UsageError(f"data_gen.teacher must be one of {', '.join(TEACHERS)}, got {dg.teacher!r}")
+    if int(dg.verified_max_queries) < 1:
+        raise UsageError(f"data_gen.verified_max_queries must be >= 1, got {dg.verified_max_queries}")
     if cfg.crawler.env.get("prompt_style", "paper") != "paper":
         # the sessions' answers are written in Table 8's grammar; an official-style prompt would pair with them
         raise UsageError("data_gen crawler_sessions writes Table 8 sessions: keep crawler.env.prompt_style=paper "
@@ -199,11 +306,13 @@ def crawler_sessions(cfg: DictConfig) -> dict:
     run = ShardedRun(out_dir, fingerprint, overwrite=bool(cfg.get("overwrite", False)))
     store, search = open_corpus(cfg)
     env = CrawlEnv(store, search, CrawlConfig(**dict(cfg.crawler.env)))
+    log.info("teacher: %s", "verified (candidates checked against the gold papers with the environment's search)"
+             if dg.teacher == "verified" else "llm (PaSa Table 7)")
     llm = LazyLLM(cfg.llm)
     try:
         rows, stats, computed = run_shards(
             run, queries, lambda q: q.qid, int(dg.shard_size),
-            lambda chunk: sessions_for_shard(llm.get(), env, search, store, chunk, dg, int(cfg.seed)),
+            lambda chunk: sessions_for_shard(llm, env, search, store, chunk, dg, int(cfg.seed)),
             "crawler sessions")
     finally:
         llm.close()
@@ -218,11 +327,15 @@ def crawler_sessions(cfg: DictConfig) -> dict:
         files["eval"] = str(out_dir / "eval.jsonl")
         write_jsonl(files["eval"], [r for r in sessions if r["meta"]["qid"] in eval_qids])
     write_jsonl(out_dir / "teacher_failures.jsonl", failed)
-    report = {"model": str(cfg.llm.model), "queries_file": str(dg.queries), "user_queries": len(queries),
-              "counts": dict(stats), "sessions": len(sessions),
+    train_rows = [r for r in sessions if r["meta"]["qid"] not in eval_qids]
+    report = {"model": str(cfg.llm.model), "teacher": str(dg.teacher), "queries_file": str(dg.queries),
+              "user_queries": len(queries), "counts": dict(stats), "sessions": len(sessions),
               "by_kind": dict(Counter(r["meta"]["kind"] for r in sessions)),
               "shards": {"resumed": run.resumed, "computed": run.computed},
               "llm_prompts_this_run": llm_prompts, "files": files}
+    if dg.teacher == "verified":
+        report["verified_teacher"] = verified_summary(train_rows, int(dg.verified_max_queries),
+                                                      int(cfg.crawler.env.search_k))
     write_json(out_dir / "stats.json", report)
     log.info("crawler sessions: %s in %s", report["by_kind"], out_dir)
     return {"out_dir": str(out_dir), "stats": report}

@@ -67,6 +67,11 @@ class SelectorPairsConfig:
     require_abstract: bool = True  # a title-only paper gives the Selector nothing to judge (counted when skipped)
     # Negatives: the simulated crawl
     negatives: bool = True
+    # Whose searches the simulated crawl runs: "llm" = the teacher's Table 7 queries (the paper); "verified" = ours
+    # (issue 17): the verified Crawler teacher's queries (data_gen/verified_teacher.py, CrawlerSessionsConfig's
+    # defaults, <= 3 searches of `search_k` hits chosen with the gold papers), so the negatives are the non-gold
+    # papers of the same searches that found the gold ones (hard negatives), and no LLM call writes queries.
+    crawl_queries: str = "llm"
     queue_prob: float = 0.5  # B: "each paper has a 50% probability of being added to the paper queue"
     search_k: int = 10
     expand_hits: bool = True  # also queue the papers cited by the hits' sections (one expansion level)
@@ -153,6 +158,21 @@ def judge(llm, prompts: list, params, source: str, stats: Counter) -> list[tuple
     return out
 
 
+def _verified_crawl_queries(search, queries: list[ScholarQuery], search_k: int, stats: Counter) -> list:
+    """The verified Crawler teacher's searches for each query (``.queries``), before the query date (PaSa §5.1)."""
+    from scholar_agents.data_gen.crawler_sessions import CrawlerSessionsConfig
+    from scholar_agents.data_gen.verified_teacher import candidate_queries, verify_queries
+
+    d = CrawlerSessionsConfig()
+    cands = [candidate_queries(q.question, q.gold_titles, n_key_phrases=d.key_phrases, ngram=d.key_phrase_ngram,
+                               hindsight=d.hindsight, min_support=d.hindsight_min_support,
+                               per_title=d.hindsight_phrases_per_title) for q in queries]
+    verified = verify_queries(search, queries, cands, [q.before for q in queries], search_k, d.verified_max_queries,
+                              d.verified_fallback_raw)
+    stats["crawl_verified_queries"] += sum(len(v.kept) for v in verified)
+    return verified
+
+
 def pairs_for_shard(llm, search, store, queries: list[ScholarQuery], dg, seed: int) -> tuple[list[dict], dict]:
     from scholar_agents.llm import SamplingParams
 
@@ -171,9 +191,12 @@ def pairs_for_shard(llm, search, store, queries: list[ScholarQuery], dg, seed: i
             golds = rng.sample(golds, int(dg.positives_per_query))
         jobs += [(q, p, POSITIVE) for p in golds]
     if dg.negatives:
-        teacher, _ = generate_teacher_queries(llm, [q.question for q in queries], int(dg.query_max_new_tokens),
-                                              float(dg.temperature), seed, dg.max_search_queries, stats,
-                                              str(dg.query_response_prefix))
+        if dg.get("crawl_queries", "llm") == "verified":
+            teacher = _verified_crawl_queries(search, queries, int(dg.search_k), stats)
+        else:
+            teacher, _ = generate_teacher_queries(llm, [q.question for q in queries], int(dg.query_max_new_tokens),
+                                                  float(dg.temperature), seed, dg.max_search_queries, stats,
+                                                  str(dg.query_response_prefix))
         for q, ids in zip(queries, _candidates(search, store, queries, teacher, dg, stats)):
             rng = random.Random(f"{seed}/selector_pairs/queue/{q.qid}")
             gold_titles = TitleMatcher(list(zip(q.gold_ids, q.gold_titles)), min_score=float(dg.title_min_score))
@@ -247,9 +270,11 @@ def pairs_for_shard(llm, search, store, queries: list[ScholarQuery], dg, seed: i
 def selector_pairs(cfg: DictConfig) -> dict:
     from scholar_agents.data_gen.paper_access import open_corpus
 
-    from scholar_agents.validation import existing_file, optional_positive_int, reading
+    from scholar_agents.validation import UsageError, existing_file, optional_positive_int, reading
 
     dg = cfg.data_gen
+    if dg.get("crawl_queries", "llm") not in ("llm", "verified"):
+        raise UsageError(f"data_gen.crawl_queries must be llm or verified, got {dg.crawl_queries!r}")
     out_dir = Path(str(cfg.out_dir))
     limit = optional_positive_int(cfg.get("limit"), "limit", "the first N user queries; null = all")
     with reading("data_gen.queries", dg.queries):

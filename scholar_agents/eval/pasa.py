@@ -4,9 +4,18 @@ Each *row* of the report is one method run through the same harness on the same 
 
 - ``search``: the user query straight into our search (BM25, dense or hybrid) — Table 2's "Google" row;
 - ``paraphrase``: the Table 13 LLM paraphrase, then search — "Google with GPT-4o";
+- ``verified_teacher``: the ceiling of a Crawler imitating ``data_gen crawler_sessions teacher=verified`` — an
+  ORACLE (it reads the gold papers): the teacher's kept searches (at most ``verified_max_queries`` of the
+  ``data_gen`` defaults, ``crawler.env.search_k`` hits each), their hits as the queue (crawler recall) and ranking;
 - ``agent``: the Crawler + Selector (``pasa.agent``): PaSa-7b with a trained crawler, the prompted agent
   ("PaSa-GPT-4o") with an untrained one; per-row switches give the Table 5 ablations (``expand: false`` = w/o
   [Expand]) and ``use_selector: false`` (every crawled paper returned).
+
+Two settings (``setting``): ``date_filtered`` = PaSa §5.1, every search sees only the papers published before the
+query date; ``whole_corpus`` = ours, the realistic one: search sees the whole corpus (a user searches today's
+corpus) while the Crawler's expansion stays date-filtered (``crawler.env.date_filter_expand``), so no citation
+leaks a later paper. ``both`` runs every row in each setting, side by side (``<row>@whole_corpus``). Each query's
+row records ``candidates_searched``: the papers its searches ranked (store papers before its date, or all).
 
 Outputs under the run directory: ``per_query/<row>.jsonl`` (one line per query; a re-run with
 ``resume_dir=<that run dir>`` skips what is done), ``trajectories/<row>.jsonl`` (agents), ``summary.json``,
@@ -16,8 +25,11 @@ Outputs under the run directory: ``per_query/<row>.jsonl`` (one line per query; 
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import json
 import logging
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,14 +39,17 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from scholar_agents.eval.pasa_metrics import (
-    METRIC_COLUMNS, QueryMetrics, agent_metrics, mean_metrics, norm_id, ranking_metrics,
+    METRIC_COLUMNS, QueryMetrics, agent_metrics, mean_metrics, norm_id, ranking_metrics, recall,
 )
 from scholar_agents.pasa.queries import ScholarQuery
 from scholar_agents.pasa.trajectory import write_trajectories
 
 log = logging.getLogger(__name__)
 
-METHODS = ("search", "paraphrase", "agent")
+METHODS = ("search", "paraphrase", "verified_teacher", "agent")
+# PaSa §5.1 (search before the query date) | ours (search over the whole corpus, expansion still date-filtered)
+SETTINGS = ("date_filtered", "whole_corpus")
+WHOLE_CORPUS_SUFFIX = "@whole_corpus"
 
 
 @dataclass
@@ -51,16 +66,44 @@ class RowSpec:
     ensemble: Optional[int] = None  # agent: override agent.ensemble
     label: Optional[str] = None  # shown in the table (default: name)
     limit: Optional[int] = None  # run this row on the first N queries only (slow agents next to cheap searches)
+    # false = search the whole corpus (set by ``setting``, not by hand); null = crawler.env.search_date_filter
+    search_date_filter: Optional[bool] = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"row {self.name!r}: method must be one of {METHODS}, got {self.method!r}")
 
 
-def row_specs(rows: Any) -> list[RowSpec]:
+def settings_of(setting: Optional[str], env_search_date_filter: bool = True) -> list[str]:
+    """The settings a run reports: ``setting`` (date_filtered | whole_corpus | both) or, when null, the one
+    ``crawler.env.search_date_filter`` names."""
+    if setting is None:
+        return ["date_filtered" if env_search_date_filter else "whole_corpus"]
+    if setting == "both":
+        return list(SETTINGS)
+    if setting not in SETTINGS:
+        from scholar_agents.validation import UsageError
+
+        raise UsageError(f"setting must be date_filtered, whole_corpus, both or null, got {setting!r}")
+    return [setting]
+
+
+def row_specs(rows: Any, settings: Sequence[str] = ("date_filtered",)) -> list[RowSpec]:
+    """The rows, once per setting: a whole-corpus copy is named ``<row>@whole_corpus`` when both settings run
+    (alone it keeps its name; the report states the setting)."""
     rows = OmegaConf.to_container(rows, resolve=True) if isinstance(rows, DictConfig) or hasattr(rows, "_content") \
         else rows
-    specs = [RowSpec(**r) for r in rows]
+    base = [RowSpec(**r) for r in rows]
+    specs = []
+    for setting in settings:
+        for b in base:
+            if setting == "date_filtered":
+                specs.append(dataclasses.replace(b, search_date_filter=True))
+            elif len(settings) == 1:
+                specs.append(dataclasses.replace(b, search_date_filter=False))
+            else:
+                specs.append(dataclasses.replace(b, name=b.name + WHOLE_CORPUS_SUFFIX, search_date_filter=False,
+                                                 label=(b.label or b.name) + " [whole corpus]"))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ValueError(f"row names must be unique, got {names}")
@@ -77,19 +120,44 @@ def gold_in_store(queries: Sequence[ScholarQuery], store) -> dict[str, int]:
     return {q.qid: sum(norm_id(g) in present for g in set(q.gold_ids)) for q in queries}
 
 
+class CandidateCounter:
+    """How many papers a search before a date ranks over: the store's papers dated strictly before it (a partial
+    date counts as its first day, as the indexes do; undated papers pass when ``keep_undated``), or all of them."""
+
+    def __init__(self, store, keep_undated: bool = True):
+        from scholar_agents.papers.dated_docs import date_key
+
+        dates = store.dates()
+        self._keys = sorted(date_key(d) for d in dates if d)
+        self._undated = len(dates) - len(self._keys) if keep_undated else 0
+        self.total = len(dates)
+
+    def __call__(self, before: Optional[str]) -> int:
+        from scholar_agents.papers.dated_docs import date_key, normalize_date
+
+        b = normalize_date(before)
+        if b is None:
+            return self.total
+        return bisect.bisect_left(self._keys, date_key(b)) + self._undated
+
+
 def search_rows(rankings: Sequence[Sequence[str]], queries: Sequence[ScholarQuery], in_store: dict[str, int],
-                wall_s: float) -> list[dict]:
+                wall_s: float, candidates: Optional[Sequence[int]] = None) -> list[dict]:
     out = []
-    for q, ranking in zip(queries, rankings):
+    for i, (q, ranking) in enumerate(zip(queries, rankings)):
         m = QueryMetrics(q.qid, len(set(q.gold_ids)), in_store[q.qid], n_returned=len(ranking),
                          wall_s=wall_s / max(len(queries), 1), **ranking_metrics(q.gold_ids, ranking))
-        out.append(m.to_dict())
+        d = m.to_dict()
+        if candidates is not None:
+            d["candidates_searched"] = candidates[i]
+        out.append(d)
     return out
 
 
-def agent_rows(results, queries: Sequence[ScholarQuery], in_store: dict[str, int]) -> list[dict]:
+def agent_rows(results, queries: Sequence[ScholarQuery], in_store: dict[str, int],
+               candidates: Optional[Sequence[int]] = None) -> list[dict]:
     out = []
-    for q, r in zip(queries, results):
+    for i, (q, r) in enumerate(zip(queries, results)):
         ranking = [p.paper_id for p in r.papers]
         selected = [p.paper_id for p in r.selected]
         trajs = r.trajectories
@@ -102,7 +170,34 @@ def agent_rows(results, queries: Sequence[ScholarQuery], in_store: dict[str, int
         d["grammar_errors"] = r.to_dict()["grammar_errors"]
         d["action_statuses"] = r.to_dict()["action_statuses"]
         d["stopped_by"] = [t.stopped_by for t in trajs]
+        if candidates is not None:
+            d["candidates_searched"] = candidates[i]
         out.append(d)
+    return out
+
+
+def teacher_rows(search, queries: Sequence[ScholarQuery], befores: Sequence[Optional[str]], in_store: dict[str, int],
+                 candidates: Sequence[int], search_k: int) -> list[dict]:
+    """The verified teacher's searches as a row (an oracle: it reads the gold papers), with the data_gen defaults
+    (``CrawlerSessionsConfig``) so that the row is the ceiling of the Crawler trained on that data."""
+    from scholar_agents.data_gen.crawler_sessions import CrawlerSessionsConfig
+    from scholar_agents.data_gen.verified_teacher import candidate_queries, verify_queries
+
+    d = CrawlerSessionsConfig()
+    t0 = time.perf_counter()
+    cands = [candidate_queries(q.question, q.gold_titles, n_key_phrases=d.key_phrases, ngram=d.key_phrase_ngram,
+                               hindsight=d.hindsight, min_support=d.hindsight_min_support,
+                               per_title=d.hindsight_phrases_per_title) for q in queries]
+    verified = verify_queries(search, queries, cands, befores, search_k, d.verified_max_queries,
+                              d.verified_fallback_raw)
+    wall = (time.perf_counter() - t0) / max(len(queries), 1)
+    out = []
+    for q, v, n_cand in zip(queries, verified, candidates):
+        m = QueryMetrics(q.qid, len(set(q.gold_ids)), in_store[q.qid], crawler_recall=recall(q.gold_ids, v.found),
+                         n_queue=len(v.found), actions=len(v.kept), wall_s=wall,
+                         **ranking_metrics(q.gold_ids, v.found))
+        out.append({**m.to_dict(), "candidates_searched": n_cand, "searched": v.queries,
+                    "raw_query_recall_at_k": v.raw_recall_at_k})
     return out
 
 
@@ -122,6 +217,10 @@ def summarize(rows_by_name: dict[str, list[dict]]) -> dict[str, dict]:
                 errs[k] = errs.get(k, 0) + v
         if errs:
             s["grammar_errors"] = errs
+        cands = [r["candidates_searched"] for r in rows if r.get("candidates_searched") is not None]
+        if cands:
+            s["candidates_searched_mean"] = sum(cands) / len(cands)
+            s["candidates_searched_median"] = statistics.median(cands)
         out[name] = s
     return out
 
@@ -133,10 +232,18 @@ def _fmt(v: Optional[float], digits: int = 4) -> str:
 def markdown_table(summary: dict[str, dict], labels: dict[str, str]) -> str:
     cols = ["Method", "Crawler Recall", "Precision", "Recall", "Recall@100", "Recall@50", "Recall@20",
             "Actions", "Wall s/query", "Queries"]
+    # the searched-corpus size per query (mean / median), only when the rows carry it
+    with_cands = any(s.get("candidates_searched_mean") is not None for s in summary.values())
+    if with_cands:
+        cols.insert(-1, "Candidates searched (mean / median)")
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] + ["---:"] * (len(cols) - 1)) + "|"]
     for name, s in summary.items():
         cells = [labels.get(name, name)] + [_fmt(s.get(m)) for m in METRIC_COLUMNS]
-        cells += [_fmt(s.get("actions"), 1), _fmt(s.get("wall_s"), 2), str(s.get("queries", 0))]
+        cells += [_fmt(s.get("actions"), 1), _fmt(s.get("wall_s"), 2)]
+        if with_cands:
+            mean, median = s.get("candidates_searched_mean"), s.get("candidates_searched_median")
+            cells.append(f"{_fmt(mean, 1)} / {_fmt(median, 1)}")
+        cells.append(str(s.get("queries", 0)))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -224,12 +331,22 @@ def pasa(cfg: DictConfig) -> dict:
     queries = [q for q in queries if q.gold_ids]
     if not queries:
         raise ValueError(f"{cfg.queries.path}: no query with gold papers (answer_arxiv_id) to evaluate")
-    specs = row_specs(cfg.rows)
+    settings = settings_of(cfg.get("setting"), bool(cfg.crawler.env.get("search_date_filter", True)))
+    specs = row_specs(cfg.rows, settings)
     res = Resources(cfg)
     in_store = gold_in_store(queries, res.store)
+    count_candidates = CandidateCounter(res.store, bool(cfg.search.get("keep_undated", True)))
     t_start = time.time()
 
     def run_chunk(spec: RowSpec, chunk: list[ScholarQuery]) -> tuple[list[dict], Any]:
+        # the before-date of this row's searches: the query's (PaSa §5.1) or none (whole corpus); expansion keeps
+        # crawler.env.date_filter_expand either way
+        filtered = spec.search_date_filter is not False and bool(cfg.crawler.env.date_filter)
+        befores = [q.before if filtered else None for q in chunk]
+        candidates = [count_candidates(b) for b in befores]
+        if spec.method == "verified_teacher":
+            return teacher_rows(res.search(spec.search), chunk, befores, in_store, candidates,
+                                int(cfg.crawler.env.search_k)), None
         if spec.method in ("search", "paraphrase"):
             search = res.search(spec.search)
             t0 = time.perf_counter()
@@ -243,13 +360,13 @@ def pasa(cfg: DictConfig) -> dict:
                 extra = [{"searched": p.query, "fallback": p.fallback} for p in paras]
             from scholar_agents.pasa.baselines import search_rankings
 
-            rankings = search_rankings(search, texts, [q.before for q in chunk], k=max(cfg.ks))
-            rows = search_rows(rankings, chunk, in_store, time.perf_counter() - t0)
+            rankings = search_rankings(search, texts, befores, k=max(cfg.ks))
+            rows = search_rows(rankings, chunk, in_store, time.perf_counter() - t0, candidates)
             return [{**r, **e} for r, e in zip(rows, extra)], None
         agent = res.agent(spec)
         results = agent.run(chunk, progress=False)
         trajs = [t for r in results for t in r.trajectories] if cfg.save_trajectories else None
-        return agent_rows(results, chunk, in_store), trajs
+        return agent_rows(results, chunk, in_store, candidates), trajs
 
     rows = run_rows(specs, queries, out, run_chunk, cfg.chunk_queries, progress=True)
     summary = summarize(rows)
@@ -262,6 +379,8 @@ def pasa(cfg: DictConfig) -> dict:
         "queries": f"{cfg.queries.path} ({len(queries)} queries with gold papers; offset {cfg.queries.offset}, "
                    f"limit {cfg.queries.limit})",
         **res.describe(),
+        "setting": ", ".join(settings) + " (date_filtered = PaSa §5.1: search before the query date; whole_corpus "
+                   "= ours: search over the whole corpus, expansion still date-filtered)",
         "gold papers in the corpus": f"{sum(in_store.values())} of {sum(len(set(q.gold_ids)) for q in queries)}",
         "rows": [OmegaConf.to_container(r, resolve=True) if isinstance(r, DictConfig) else r for r in cfg.rows],
         "wall time (s)": round(time.time() - t_start, 1),

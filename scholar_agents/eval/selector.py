@@ -1,5 +1,7 @@
 """``scholar eval selector``: the Selector on a labelled <query, paper> pair set (PaSa Table 4): precision, recall,
 F1, accuracy at the threshold, ROC AUC of P("True"), and a reliability diagram (is P("True") a probability?).
+Zero-shot baselines (``baselines``: MiniLM cosine and BM25 of the query against title + abstract, see
+``eval.selector_baselines``) are rows of the same table: the fine-tuned Selector has to beat them on AUC.
 
 Input formats (``data.format=auto`` detects them per line):
 - ``pairs``: JSONL ``{"query" (or "question"), "title", "abstract", "label"}`` (label: bool, 0/1 or "True"/"False");
@@ -126,7 +128,17 @@ def evaluate_scores(labels: np.ndarray, scores: np.ndarray, threshold: float, n_
     }
 
 
-def markdown_report(name: str, m: dict, meta: dict) -> str:
+def baselines_table(name: str, m: dict, baselines: dict[str, dict], labels: dict[str, str]) -> list[str]:
+    """The Selector and the zero-shot baselines on the same pairs: AUC, best F1 (threshold), F1 at 0.5."""
+    rows = ["| scorer | AUC | best F1 (threshold) | F1 at 0.5 | precision at 0.5 | recall at 0.5 |",
+            "|---|---|---|---|---|---|"]
+    for label, x in [(f"Selector: {name}", m)] + [(labels.get(b, b), bm) for b, bm in baselines.items()]:
+        rows.append(f"| {label} | {x['auc']:.3f} | {x['best_f1']:.3f} ({x['best_f1_threshold']:.3f}) | {x['f1']:.3f} "
+                    f"| {x['precision']:.3f} | {x['recall']:.3f} |")
+    return rows
+
+
+def markdown_report(name: str, m: dict, meta: dict, baselines: Optional[dict[str, dict]] = None) -> str:
     rows = [
         f"# Selector evaluation: {name}",
         "",
@@ -145,6 +157,12 @@ def markdown_report(name: str, m: dict, meta: dict) -> str:
         "",
         "![reliability](reliability.png)",
     ]
+    if baselines:
+        rows += ["", "## Zero-shot baselines (same pairs)", "",
+                 *baselines_table(name, m, baselines, meta.get("baseline_labels", {})), "",
+                 ("Baselines: AUC and the best-F1 ranking read the raw score; F1 / precision / recall at 0.5 and the "
+                  "best-F1 threshold read it min-max scaled over this eval set (no per-query normalisation). "
+                  f"The Selector's row is at its own threshold ({m['threshold']}).")]
     return "\n".join(rows) + "\n"
 
 
@@ -176,21 +194,53 @@ def selector(cfg: DictConfig) -> dict:
     scores = sel.scores_from_probs(probs)
     name = cfg.name or str(cfg.llm.model)
     metrics = evaluate_scores(labels, scores, sel.threshold, n_bins=cfg.n_bins)
+    raw_baselines, baselines, baseline_labels = _baselines(cfg, pairs, labels)
     meta = {
         "name": name, "data": str(cfg.data.path), "model": str(cfg.llm.model), "backend": str(cfg.llm.backend),
         "normalize": sel.normalize, "max_abstract_chars": sel.max_abstract_chars,
         "decision_mass_mean": float(probs.sum(axis=1).mean()),
         "score_seconds": seconds, "pairs_per_second": len(pairs) / max(seconds, 1e-9),
         "selector": OmegaConf.to_container(cfg.selector, resolve=True),
+        "baseline_labels": baseline_labels,
     }
-    (out / "metrics.json").write_text(json.dumps({"metrics": metrics, "meta": meta}, indent=2))
+    (out / "metrics.json").write_text(json.dumps({"metrics": metrics, "meta": meta, "baselines": baselines},
+                                                 indent=2))
     with (out / "scores.jsonl").open("w") as f:
-        for p, s, (pt, pf) in zip(pairs, scores, probs):
+        for i, (p, s, (pt, pf)) in enumerate(zip(pairs, scores, probs)):
             f.write(json.dumps({"qid": p.qid, "paper_id": p.paper_id, "query": p.query, "title": p.title,
-                                "label": p.label, "score": float(s), "p_true": float(pt), "p_false": float(pf)}) + "\n")
+                                "label": p.label, "score": float(s), "p_true": float(pt), "p_false": float(pf),
+                                **{f"baseline_{b}": float(v[i]) for b, v in raw_baselines.items()}}) + "\n")
     reliability_diagram({name: reliability_curve(labels, scores, n_bins=cfg.n_bins)}, out / "reliability.png",
                         title=f"Selector calibration: {name}")
-    (out / "report.md").write_text(markdown_report(name, metrics, meta))
+    (out / "report.md").write_text(markdown_report(name, metrics, meta, baselines))
     log.info("selector %s on %d pairs: P %.3f R %.3f F1 %.3f acc %.3f AUC %.3f -> %s", name, len(pairs),
              metrics["precision"], metrics["recall"], metrics["f1"], metrics["accuracy"], metrics["auc"], out)
-    return {"metrics": metrics, "meta": meta, "output_dir": str(out)}
+    for b, bm in baselines.items():
+        log.info("baseline %s: AUC %.3f best F1 %.3f, F1 at 0.5 (min-max scaled) %.3f", b, bm["auc"], bm["best_f1"],
+                 bm["f1"])
+    return {"metrics": metrics, "meta": meta, "baselines": baselines, "output_dir": str(out)}
+
+
+def _baselines(cfg: DictConfig, pairs: list[SelectorPair], labels: np.ndarray
+               ) -> tuple[dict[str, np.ndarray], dict[str, dict], dict[str, str]]:
+    """Raw scores, metrics and report labels of the configured zero-shot baselines (``baselines: []`` = none)."""
+    from scholar_agents.eval.selector_baselines import baseline_scores, min_max
+
+    names = list(cfg.get("baselines") or [])
+    if not names:
+        return {}, {}, {}
+
+    def embedder():
+        from scholar_agents.llm.embedder import build_embedder
+
+        return build_embedder(cfg.embedder)
+
+    raw = baseline_scores(pairs, names, embedder)
+    metrics = {}
+    for b, v in raw.items():
+        m = evaluate_scores(labels, min_max(v), 0.5, n_bins=cfg.n_bins)
+        m["auc"] = roc_auc(labels, v)  # the raw ranking (min-max keeps it; computed on raw to say so)
+        metrics[b] = m
+    labels_ = {"minilm_cosine": f"zero-shot: cosine({cfg.embedder.model}) query vs title + abstract",
+               "bm25": "zero-shot: BM25 query vs title + abstract"}
+    return raw, metrics, {b: labels_[b] for b in raw}

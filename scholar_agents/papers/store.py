@@ -224,6 +224,11 @@ class PaperStore:
         with self._lock:
             return [r[0] for r in self._conn.execute("SELECT id FROM papers ORDER BY pk")]
 
+    def dates(self) -> list[str]:
+        """Every paper's date as stored ("" = undated), in no particular order (candidate counts per query date)."""
+        with self._lock:
+            return [r[0] for r in self._conn.execute("SELECT date FROM papers")]
+
     def get(self, pid: str) -> Paper | None:
         return self.get_many([pid]).get(pid)
 

@@ -204,6 +204,8 @@ class Resources:
                 agent_cfg.use_selector = spec.use_selector
             if spec.ensemble is not None:
                 agent_cfg.ensemble = spec.ensemble
+            if getattr(spec, "search_date_filter", None) is not None:  # eval pasa's setting (whole corpus or not)
+                env_cfg.search_date_filter = spec.search_date_filter
         if not self._llms:  # the first agent decides where the engines go
             self.plan_devices(getattr(spec, "crawler_model", None), agent_cfg.use_selector)
         llm = self.llm(getattr(spec, "crawler_model", None))
@@ -216,8 +218,12 @@ class Resources:
         """The setting a report must state: corpus, date filter, citation source, models."""
         stats = self.store.stats()
         env = self.cfg.crawler.env
-        date = ("before the query date on search and expansion" if env.date_filter and env.date_filter_expand else
-                "before the query date on search only (official code)" if env.date_filter else "none")
+        search_filtered = env.get("search_date_filter", True)
+        date = ("none" if not env.date_filter else
+                "before the query date on search and expansion" if search_filtered and env.date_filter_expand else
+                "before the query date on search only (official code)" if search_filtered else
+                "before the query date on expansion only; search over the whole corpus (search_date_filter=false)"
+                if env.date_filter_expand else "none (search_date_filter=false, date_filter_expand=false)")
         return {
             "corpus": f"{self.cfg.papers.store} ({stats['papers']} papers, {stats['with_abstract']} with abstract)",
             "date filter": date,

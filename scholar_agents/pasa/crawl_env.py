@@ -5,7 +5,9 @@ queued paper: title, abstract, section outline) and is ONE generation: the polic
 (``[Search] q1 [Search] q2 [Stop]`` or ``[Expand] s1 [Stop]``, Table 8), the environment parses them with the
 strict grammar of :mod:`scholar_agents.pasa.actions` and executes them:
 
-- ``[Search] <query>``: the papers search, restricted to papers published before the query date (§5.1);
+- ``[Search] <query>``: the papers search, restricted to papers published before the query date (§5.1); the
+  switch ``search_date_filter: false`` searches the whole corpus instead (ours: the realistic setting, a user
+  searching today's corpus) while expansion stays date-filtered, so no citation leaks a later paper;
 - ``[Expand] <section>``: the references of that section of the session's paper, resolved to papers through the
   paper store (cited titles without an id through ``find_by_title``), date-filtered the same way — the official
   code filtered only searches, which lets expansion leak papers from the future (named switch
@@ -53,6 +55,10 @@ class CrawlConfig:
     expand: bool = True  # false = Table 5 ablation "w/o [Expand]": no S_q+p sessions, [Expand] not executed
     date_filter: bool = True  # PaSa §5.1: only papers published before the query date
     date_filter_expand: bool = True  # also on expansion (the paper's intent); false = the official code
+    # Ours: false = [Search] sees the whole corpus (the realistic setting: a user searches today's corpus, later
+    # papers included), while expansion keeps date_filter_expand (a paper dated on or after the query never enters
+    # through a citation). true = PaSa §5.1 (search restricted to papers before the query date).
+    search_date_filter: bool = True
     allow_undated: bool = True  # papers with no known date pass the date filter
     resolve_titles: bool = True  # cited titles without a paper id are looked up with find_by_title
     title_min_score: float = 90.0  # fuzzy title match threshold (0-100)
@@ -163,6 +169,10 @@ class CrawlEnv:
 
     def reset(self, queries: Sequence[ScholarQuery], run: int = 0) -> list[QueryState]:
         return [QueryState(q, run, q.before if self.cfg.date_filter else None) for q in queries]
+
+    def search_before(self, before: Optional[str]) -> Optional[str]:
+        """The before-date a [Search] uses: the query's (PaSa §5.1) or none (``search_date_filter: false``)."""
+        return before if self.cfg.search_date_filter else None
 
     def state_messages(self, user_query: str, paper: Paper | str | None = None) -> list[dict[str, str]]:
         """S_q (``paper=None``) or S_{q+p}: the chat the Crawler sees. PPO rebuilds S_{q+p_j} for Eq. 3 with it."""
@@ -336,7 +346,7 @@ class CrawlEnv:
                 n_moves += 1
                 state.moves += 1
                 if a.kind == SEARCH:
-                    search_jobs.append((ar, a.argument, state.before))
+                    search_jobs.append((ar, a.argument, self.search_before(state.before)))
                 else:
                     expand_jobs.append((ar, sess, [r for sec in sections for r in sec.references]))
         return rec
