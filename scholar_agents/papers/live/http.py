@@ -9,7 +9,8 @@ is enforced in that adapter, so cache hits never wait. Errors:
   line naming the backend and the switch back to offline work (``scholar`` exits 2);
 - 401/403 -> :class:`LiveServiceUnreachable` too, naming the environment variable of the key;
 - a timeout, 429/5xx after the retries, 404, a malformed body -> :class:`LiveRequestFailed`: callers count it as
-  a skipped request and go on; a malformed body is evicted from the cache so that a re-run asks again.
+  a skipped request and go on. 200 and 404 answers are cached (a paper with no HTML stays without); a malformed
+  body is evicted from the cache so that a re-run asks again; errors are never cached.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class LiveSession:
             Path(http.cache_path).parent.mkdir(parents=True, exist_ok=True)
             expire = -1 if http.cache_expire_days is None else http.cache_expire_days * 86400
             self.session = requests_cache.CachedSession(
-                http.cache_path, backend="sqlite", expire_after=expire, allowable_codes=(200,),
+                http.cache_path, backend="sqlite", expire_after=expire, allowable_codes=(200, 404),
                 allowable_methods=("GET",), ignored_parameters=list(secret_headers), match_headers=False,
                 stale_if_error=False)
         else:

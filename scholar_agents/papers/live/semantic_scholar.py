@@ -3,7 +3,7 @@ for [Search] and a paper's references for [Expand].
 
 - ``GET /paper/search?query=&fields=&offset=&limit=&publicationDateOrYear=:<day before the query date>``:
   paged by ``offset``/``next`` (absent on the last page); the date filter is the API's own, re-applied locally.
-- ``GET /paper/{id}/references?fields=contexts,intents,...`` (``id`` = ``arXiv:<id>`` or the S2 paperId): the
+- ``GET /paper/{id}/references?fields=contexts,intents,...`` (``id`` = ``ARXIV:<id>`` or the S2 paperId): the
   cited papers with the *intents* of their citations. The API has no sections, so the S_{q+p} outline offered
   to the Crawler is one section per citation intent (Background, Methodology, Result) plus "References" with
   every cited paper (ours; PaSa reads sections of the full text, see ``ar5iv.py``).
@@ -53,8 +53,8 @@ def paper_id_of(record: dict[str, Any]) -> Optional[str]:
 
 
 def s2_key(paper_id: str) -> str:
-    """The S2 path id of one of our ids (``arXiv:2106.15928`` or the paperId)."""
-    return paper_id[3:] if paper_id.startswith("s2:") else f"arXiv:{paper_id}"
+    """The S2 path id of one of our ids (``ARXIV:2106.15928``, as the API docs spell it, or the paperId)."""
+    return paper_id[3:] if paper_id.startswith("s2:") else f"ARXIV:{paper_id}"
 
 
 def to_paper(record: dict[str, Any], source: str = "semantic_scholar") -> Optional[Paper]:
