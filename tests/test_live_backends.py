@@ -191,9 +191,10 @@ def test_semantic_scholar_search_pages_ids_date_and_key(tmp_path, store, monkeyp
 
 def test_semantic_scholar_rejected_key_names_the_variable(tmp_path, store, monkeypatch):
     monkeypatch.setenv("SEMANTIC_SCHOLAR_API_KEY", "wrong")
-    with serve_replay({"/graph/v1/paper/search": lambda p: Reply(403, b'{"message": "Forbidden"}')}) as (url, _):
-        with pytest.raises(LiveServiceUnreachable, match=r"rejected the API key from \$SEMANTIC_SCHOLAR_API_KEY") as e:
-            make_s2(url, tmp_path, store).search("x")
+    forbidden = {"/graph/v1/paper/search": lambda p: Reply(403, b'{"message": "Forbidden"}')}
+    with serve_replay(forbidden) as (url, _), \
+            pytest.raises(LiveServiceUnreachable, match=r"rejected the API key from \$SEMANTIC_SCHOLAR_API_KEY") as e:
+        make_s2(url, tmp_path, store).search("x")
     assert "wrong" not in str(e.value)
 
 

@@ -3,7 +3,6 @@ references, stored on demand for the crawl environment, with PaSa's date filter 
 identical crawl sends no request; the live store is a copy that leaves the corpus store closed. The services are a
 replaying server on 127.0.0.1 (tests/assets/online/README.md)."""
 
-import shutil
 
 import pytest
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import abc
 import logging
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 from scholar_agents.papers.dated_docs import date_key, normalize_date
 from scholar_agents.papers.live.http import LiveRequestFailed

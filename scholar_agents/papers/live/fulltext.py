@@ -16,15 +16,18 @@ from __future__ import annotations
 import abc
 import logging
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
 from scholar_agents.papers.live.ar5iv import parse_html
 from scholar_agents.papers.live.http import HttpConfig, LiveRequestFailed, LiveSession
 from scholar_agents.papers.live.semantic_scholar import (
-    SemanticScholarConfig, fetch_references, references_to_sections, s2_session,
+    SemanticScholarConfig,
+    fetch_references,
+    references_to_sections,
+    s2_session,
 )
 from scholar_agents.papers.loaders import date_from_arxiv_id
 from scholar_agents.papers.paper import Paper, Reference, Section
@@ -120,7 +123,7 @@ class FullText(abc.ABC):
             self.store.add([paper])
             self.fetched += 1
 
-    def _resolve(self, title: str) -> Optional[str]:
+    def _resolve(self, title: str) -> str | None:
         return self.store.find_by_title(title, fuzzy=True, min_score=self.title_min_score) if title else None
 
 
@@ -135,7 +138,7 @@ class Ar5ivFullText(FullText):
     def fetch(self, paper: Paper):
         if not date_from_arxiv_id(paper.paper_id):
             raise LiveRequestFailed(f"expand=ar5iv: {paper.paper_id} is not an arXiv id", "not_arxiv")
-        last: Optional[LiveRequestFailed] = None
+        last: LiveRequestFailed | None = None
         for pattern in self.cfg.endpoints:
             try:
                 r = self.session.get(pattern.format(id=paper.paper_id))
@@ -176,7 +179,7 @@ class SemanticScholarFullText(FullText):
         return sections, cited, "", ""
 
 
-def build_fulltext(cfg: ExpandConfig | DictConfig | dict | None, store) -> Optional[FullText]:
+def build_fulltext(cfg: ExpandConfig | DictConfig | dict | None, store) -> FullText | None:
     """The configured fetcher, or None for ``expand=store`` (the closed corpus: nothing is fetched)."""
     cfg = to_expand_config(cfg)
     if cfg.kind == "store":

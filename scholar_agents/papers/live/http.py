@@ -18,8 +18,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 from scholar_agents.validation import UsageError
 
@@ -32,8 +33,8 @@ INSTALL_HINT = 'the live search/expand backends need the `online` extra: pip ins
 class HttpConfig:
     """How every live service is called (the services' own settings are in their configs)."""
 
-    cache_path: Optional[str] = None  # SQLite response cache (requests-cache); null = no cache
-    cache_expire_days: Optional[float] = None  # null = never expire (papers' metadata and text do not change)
+    cache_path: str | None = None  # SQLite response cache (requests-cache); null = no cache
+    cache_expire_days: float | None = None  # null = never expire (papers' metadata and text do not change)
     timeout_s: float = 30.0  # connect and read timeout of one request
     max_retries: int = 3  # on 429 and 5xx, honouring Retry-After
     backoff_s: float = 1.0  # urllib3 backoff factor: waits backoff_s * 2^(n-1) between retries
@@ -67,7 +68,7 @@ class LiveSession:
     of the cache key or of the cached request: ``secret_headers`` are redacted by requests-cache)."""
 
     def __init__(self, http: HttpConfig, backend: str, offline: str, min_interval_s: float = 0.0,
-                 headers: Optional[dict[str, str]] = None, secret_headers: tuple[str, ...] = ()):
+                 headers: dict[str, str] | None = None, secret_headers: tuple[str, ...] = ()):
         import requests
         from requests.adapters import HTTPAdapter
         from urllib3.util.retry import Retry
@@ -123,7 +124,7 @@ class LiveSession:
     def __repr__(self) -> str:  # no headers: they may hold a key
         return f"LiveSession(backend={self.backend!r}, cache={self.http.cache_path!r})"
 
-    def get(self, url: str, params: Optional[dict[str, Any]] = None, key_env: Optional[str] = None):
+    def get(self, url: str, params: dict[str, Any] | None = None, key_env: str | None = None):
         """The 200 response, or an exception as described in the module doc."""
         requests = self._requests
         from urllib3.exceptions import ReadTimeoutError

@@ -19,7 +19,7 @@ import datetime as _dt
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from scholar_agents.papers.live.base import LiveSearch
 from scholar_agents.papers.live.http import HttpConfig, LiveSession
@@ -44,7 +44,7 @@ class SemanticScholarConfig:
     http: HttpConfig = field(default_factory=HttpConfig)
 
 
-def paper_id_of(record: dict[str, Any]) -> Optional[str]:
+def paper_id_of(record: dict[str, Any]) -> str | None:
     """Our id of an S2 paper record: its arXiv id, else ``s2:<paperId>``; None when S2 has neither."""
     arxiv = (record.get("externalIds") or {}).get("ArXiv")
     if arxiv:
@@ -57,7 +57,7 @@ def s2_key(paper_id: str) -> str:
     return paper_id[3:] if paper_id.startswith("s2:") else f"ARXIV:{paper_id}"
 
 
-def to_paper(record: dict[str, Any], source: str = "semantic_scholar") -> Optional[Paper]:
+def to_paper(record: dict[str, Any], source: str = "semantic_scholar") -> Paper | None:
     pid = paper_id_of(record)
     if pid is None or not record.get("title"):
         return None
@@ -69,10 +69,10 @@ def to_paper(record: dict[str, Any], source: str = "semantic_scholar") -> Option
                  authors=[a["name"] for a in record.get("authors") or [] if a.get("name")], source=source)
 
 
-def _page(data: Any) -> tuple[list[dict], Optional[int]]:
+def _page(data: Any) -> tuple[list[dict], int | None]:
     """``data`` and ``next`` of a paged response; a body without a ``data`` list is malformed."""
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
-        raise ValueError("no `data` list in the response")
+        raise TypeError("no `data` list in the response")
     nxt = data.get("next")
     return data["data"], (int(nxt) if nxt is not None else None)
 
@@ -101,7 +101,7 @@ class SemanticScholarSearch(LiveSearch):
             last = _dt.date.fromisoformat((before + "-01-01")[:10]) - _dt.timedelta(days=1)
             params["publicationDateOrYear"] = f":{last.isoformat()}"
         out: list[Paper] = []
-        offset: Optional[int] = 0
+        offset: int | None = 0
         while offset is not None and len(out) < k:
             r = self.session.get(f"{self.cfg.endpoint}/paper/search", key_env=self.cfg.api_key_env,
                                  params={**params, "offset": offset, "limit": min(self.cfg.page_size, k - len(out))})
@@ -140,7 +140,7 @@ def references_to_sections(records: list[dict]) -> tuple[list[Section], list[Pap
 def fetch_references(session: LiveSession, cfg: SemanticScholarConfig, paper_id: str) -> list[dict]:
     """Every reference record of a paper (pages of ``page_size`` up to ``max_references``)."""
     out: list[dict] = []
-    offset: Optional[int] = 0
+    offset: int | None = 0
     while offset is not None and len(out) < cfg.max_references:
         r = session.get(f"{cfg.endpoint}/paper/{s2_key(paper_id)}/references", key_env=cfg.api_key_env,
                         params={"fields": REFERENCE_FIELDS, "offset": offset,
