@@ -104,3 +104,25 @@ def test_offline_pasa_search_is_one_line_naming_the_backend(tmp_path, backend):
     want = ("search=arxiv_api: cannot reach", "use search=hybrid") if backend == "search" else \
         ("expand=ar5iv: cannot reach", "use expand=store")
     assert len(errors) == 1 and all(w in errors[0] for w in want), out.stderr[-3000:]
+
+
+def test_eval_pasa_row_on_the_live_arxiv(tmp_path):
+    """`eval pasa` accepts a live backend per row (`search: arxiv_api`): Table 2's search-only row on arXiv."""
+    from scholar_agents.eval.pasa import pasa
+
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(json.dumps({"qid": "q1", "question": "low rank adaptation of language models",
+                                   "answer_arxiv_id": [LORA, "2110.04366"],
+                                   "source_meta": {"published_time": "20210930"}}) + "\n")
+    with serve_replay(arxiv_routes()) as (arxiv_url, server):
+        cfg = compose("eval_pasa", [
+            f"paths.cache_dir={tmp_path / 'cache'}", f"paths.output_dir={tmp_path / 'run'}", f"queries.path={queries}",
+            f"search.arxiv_api.endpoint={arxiv_url}/api/query", "search.arxiv_api.min_interval_s=0",
+            "rows=[{name: arxiv, method: search, search: arxiv_api}]", "ks=[20]"])
+        res = pasa(cfg)
+    s = res["summary"]["arxiv"]
+    # LoRA is found; 2110.04366 is a gold paper published after the query date: the date filter keeps it out
+    assert s["queries"] == 1 and s["recall_at_20"] == 0.5
+    assert server.log[0].params["search_query"].endswith("TO 202109292359]")
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "live backends" in report and "search=arxiv_api" in report

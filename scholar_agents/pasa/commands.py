@@ -136,7 +136,9 @@ class Resources:
         from scholar_agents.papers.index import LIVE_KINDS
 
         expand = self.cfg.get("expand")
-        return self.cfg.search.kind in LIVE_KINDS or (expand is not None and expand.kind != "store")
+        rows = self.cfg.get("rows") or []  # `eval pasa` rows may name their own search kind
+        return (self.cfg.search.kind in LIVE_KINDS or any(r.get("search") in LIVE_KINDS for r in rows)
+                or (expand is not None and expand.kind != "store"))
 
     def fulltext(self):
         """The [Expand] fetcher of ``expand`` (None for expand=store)."""
