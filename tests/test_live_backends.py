@@ -68,6 +68,13 @@ def test_query_syntax_is_neutralised():
         search_query("():", None)
 
 
+def test_a_query_with_nothing_searchable_sends_nothing(tmp_path, store):
+    with serve_replay({"/api/query": arxiv_pages}) as (url, server):
+        search = make_arxiv(url, tmp_path, store)
+        assert search.search("():") == [] and server.log == []
+    assert search.stats["skipped_requests"] == {"empty_query": 1}
+
+
 def test_a_second_identical_search_sends_no_request(tmp_path, store):
     with serve_replay({"/api/query": arxiv_pages}) as (url, server):
         first = make_arxiv(url, tmp_path, store).search("low rank adaptation", k=3)

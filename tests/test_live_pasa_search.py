@@ -43,9 +43,15 @@ def arxiv_routes():
             f"/html/{LORA}": lambda p: Reply(body=asset(f"ar5iv_{LORA}.html"), content_type="text/html")}
 
 
-def overrides(cache, arxiv_url, llm_url):
+@pytest.fixture(scope="module")
+def corpus_store(tmp_path_factory):
+    """One sample corpus store for the module (built by the first command); each test has its own live store."""
+    return tmp_path_factory.mktemp("corpus") / "sample.sqlite"
+
+
+def overrides(cache, arxiv_url, llm_url, corpus):
     llm = [f"model={TOKENIZER}", f"base_url={llm_url}", "cache_path=null", "max_retries=0"]
-    return [f"paths.cache_dir={cache}", "search=arxiv_api", "expand=ar5iv",
+    return [f"paths.cache_dir={cache}", f"papers.store={corpus}", "search=arxiv_api", "expand=ar5iv",
             f"search.arxiv_api.endpoint={arxiv_url}/api/query", "search.arxiv_api.min_interval_s=0",
             "search.arxiv_api.page_size=2", f"expand.ar5iv.endpoints=['{arxiv_url}/html/{{id}}']",
             "expand.ar5iv.min_interval_s=0", "llm=openai_server", "llm@selector_llm=openai_server",
@@ -54,15 +60,15 @@ def overrides(cache, arxiv_url, llm_url):
             "query=low rank adaptation of language models", "before=2021-09-30"]
 
 
-def test_pasa_search_on_the_live_arxiv_and_its_rerun_from_the_cache(tmp_path):
+def test_pasa_search_on_the_live_arxiv_and_its_rerun_from_the_cache(tmp_path, corpus_store):
     from scholar_agents.pasa.commands import search
 
     with serve(_Agent) as llm_url, serve_replay(arxiv_routes()) as (arxiv_url, server):
-        cfg = compose("pasa_search", [*overrides(tmp_path / "cache", arxiv_url, llm_url),
+        cfg = compose("pasa_search", [*overrides(tmp_path / "cache", arxiv_url, llm_url, corpus_store),
                                       f"paths.output_dir={tmp_path / 'run1'}"])
         res = search(cfg)
         n = len(server.log)
-        again = search(compose("pasa_search", [*overrides(tmp_path / "cache", arxiv_url, llm_url),
+        again = search(compose("pasa_search", [*overrides(tmp_path / "cache", arxiv_url, llm_url, corpus_store),
                                                 f"paths.output_dir={tmp_path / 'run2'}"]))
     [r] = res["results"]
     ids = [p["paper_id"] for p in r["papers"]]
@@ -87,10 +93,10 @@ def test_pasa_search_on_the_live_arxiv_and_its_rerun_from_the_cache(tmp_path):
 
 
 @pytest.mark.parametrize("backend", ["search", "expand"])
-def test_offline_pasa_search_is_one_line_naming_the_backend(tmp_path, backend):
+def test_offline_pasa_search_is_one_line_naming_the_backend(tmp_path, backend, corpus_store):
     dead = f"http://127.0.0.1:{free_port()}"
     with serve(_Agent) as llm_url, serve_replay(arxiv_routes()) as (arxiv_url, _):
-        args = overrides(tmp_path / "cache", dead if backend == "search" else arxiv_url, llm_url)
+        args = overrides(tmp_path / "cache", dead if backend == "search" else arxiv_url, llm_url, corpus_store)
         if backend == "expand":
             args = [a for a in args if not a.startswith("expand.ar5iv.endpoints")]
             args.append(f"expand.ar5iv.endpoints=['{dead}/html/{{id}}']")
@@ -106,7 +112,7 @@ def test_offline_pasa_search_is_one_line_naming_the_backend(tmp_path, backend):
     assert len(errors) == 1 and all(w in errors[0] for w in want), out.stderr[-3000:]
 
 
-def test_eval_pasa_row_on_the_live_arxiv(tmp_path):
+def test_eval_pasa_row_on_the_live_arxiv(tmp_path, corpus_store):
     """`eval pasa` accepts a live backend per row (`search: arxiv_api`): Table 2's search-only row on arXiv."""
     from scholar_agents.eval.pasa import pasa
 
@@ -116,7 +122,8 @@ def test_eval_pasa_row_on_the_live_arxiv(tmp_path):
                                    "source_meta": {"published_time": "20210930"}}) + "\n")
     with serve_replay(arxiv_routes()) as (arxiv_url, server):
         cfg = compose("eval_pasa", [
-            f"paths.cache_dir={tmp_path / 'cache'}", f"paths.output_dir={tmp_path / 'run'}", f"queries.path={queries}",
+            f"paths.cache_dir={tmp_path / 'cache'}", f"papers.store={corpus_store}", f"paths.output_dir={tmp_path / 'run'}",
+            f"queries.path={queries}",
             f"search.arxiv_api.endpoint={arxiv_url}/api/query", "search.arxiv_api.min_interval_s=0",
             "rows=[{name: arxiv, method: search, search: arxiv_api}]", "ks=[20]"])
         res = pasa(cfg)

@@ -105,3 +105,20 @@ def test_transient_errors_are_retried_then_fail_clearly(fake_serper, sample_stor
     dead = load_or_build_search(_cfg("http://127.0.0.1:9", max_retries=1, timeout_s=2), sample_store)
     with pytest.raises(OnlineSearchError, match="failed after 2 attempts"):
         dead.search("x")
+
+
+def test_live_run_adds_missing_arxiv_results_to_a_writable_store(fake_serper, sample_store, monkeypatch, tmp_path):
+    from scholar_agents.papers.live.store import open_live_store
+
+    monkeypatch.setenv("SERPER_API_KEY", KEY)
+    with pytest.raises(ValueError, match="needs a writable store"):
+        load_or_build_search(_cfg(fake_serper, add_missing=True), sample_store)
+    live = open_live_store(sample_store.path, tmp_path / "live.sqlite")
+    search = load_or_build_search(_cfg(fake_serper, add_missing=True), live)
+    hits = search.search("neural optimal transport solvers", k=5)
+    # the arXiv result missing from the store is added (date of its id) instead of dropped; non-papers still are
+    assert [h.paper_id for h in hits] == ["1605.08527", "2506.00236", "2301.99999", "1711.02283"]
+    added = live.get("2301.99999")
+    assert added.title == "A paper we do not have" and added.date == "2023-01" and added.source == "serper"
+    assert "2301.99999" not in sample_store
+    live.close()

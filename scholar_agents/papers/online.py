@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 from scholar_agents.papers.dated_docs import date_key, normalize_date
 from scholar_agents.papers.loaders import date_from_arxiv_id, strip_version
+from scholar_agents.papers.paper import Paper
 from scholar_agents.papers.search_base import Hit, SearchBackend, per_query_dates
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,10 @@ class OnlineSearchConfig:
     date_operator: bool = True  # PaSa §5.1: before:<query date> in the Google query
     num_results: int = 10  # results requested per query (Serper: 10..100); at least k are requested
     require_in_store: bool = True  # drop results that are not papers in the store (the crawler needs their text)
+    # Ours, for live runs (expand=ar5iv fetches the text): an arXiv result missing from the store is added to it
+    # (title, snippet as abstract, the date of its id, source "serper") instead of dropped. Needs a writable store:
+    # `pasa search` then works on papers.live_store (docs/pasa.md).
+    add_missing: bool = False
     title_match_min_score: float = 90.0
     timeout_s: float = 20.0
     max_retries: int = 3
@@ -62,6 +67,8 @@ class OnlineSearch(SearchBackend):
         self._key = key
         if cfg.require_in_store and store is None:
             raise ValueError("online search with require_in_store=true needs the paper store")
+        if cfg.add_missing and getattr(store, "readonly", True):
+            raise ValueError("online search with add_missing=true adds papers to the store: it needs a writable store")
 
     def __repr__(self) -> str:  # never show the key
         return f"OnlineSearch(endpoint={self.cfg.endpoint!r}, key_env={self.cfg.api_key_env!r})"
@@ -105,6 +112,11 @@ class OnlineSearch(SearchBackend):
         if m:
             pid = strip_version(m.group(1))
             if self.store is None or not self.cfg.require_in_store or pid in self.store:
+                return pid
+            if self.cfg.add_missing:
+                self.store.add([Paper(pid, _TITLE_NOISE.sub("", str(result.get("title", ""))) or pid,
+                                      abstract=str(result.get("snippet", "")), date=date_from_arxiv_id(pid),
+                                      source="serper")])
                 return pid
         title = _TITLE_NOISE.sub("", str(result.get("title", "")))
         if self.store is not None and title:

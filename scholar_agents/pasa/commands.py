@@ -137,8 +137,9 @@ class Resources:
 
         expand = self.cfg.get("expand")
         rows = self.cfg.get("rows") or []  # `eval pasa` rows may name their own search kind
+        serper_adds = self.cfg.search.kind == "online" and self.cfg.search.online.get("add_missing")
         return (self.cfg.search.kind in LIVE_KINDS or any(r.get("search") in LIVE_KINDS for r in rows)
-                or (expand is not None and expand.kind != "store"))
+                or bool(serper_adds) or (expand is not None and expand.kind != "store"))
 
     def fulltext(self):
         """The [Expand] fetcher of ``expand`` (None for expand=store)."""

@@ -95,7 +95,11 @@ class ArxivApiSearch(LiveSearch):
         return f"ArxivApiSearch(endpoint={self.cfg.endpoint!r})"
 
     def fetch(self, query: str, k: int, before: str | None) -> list[Paper]:
-        q = search_query(query, before if self.cfg.date_filter else None)
+        try:
+            q = search_query(query, before if self.cfg.date_filter else None)
+        except ValueError:  # nothing searchable left (e.g. "():"): no request, no hits, counted
+            self.skipped["empty_query"] += 1
+            return []
         out: list[Paper] = []
         start = 0
         while len(out) < k:
