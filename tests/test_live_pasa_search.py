@@ -127,6 +127,11 @@ def test_eval_pasa_row_on_the_live_arxiv(tmp_path, corpus_store):
             f"search.arxiv_api.endpoint={arxiv_url}/api/query", "search.arxiv_api.min_interval_s=0",
             "rows=[{name: arxiv, method: search, search: arxiv_api}]", "ks=[20]"])
         res = pasa(cfg)
+        n = len(server.log)
+        cfg.paths.output_dir = str(tmp_path / "run2")
+        again = pasa(cfg)  # the row's kind is not the search preset's: its answers are cached all the same
+    assert len(server.log) == n == 2 and again["summary"]["arxiv"]["recall_at_20"] == 0.5
+    assert (tmp_path / "cache" / "http" / "arxiv_api.sqlite").is_file()
     s = res["summary"]["arxiv"]
     # LoRA is found; 2110.04366 is a gold paper published after the query date: the date filter keeps it out
     assert s["queries"] == 1 and s["recall_at_20"] == 0.5

@@ -146,7 +146,10 @@ class Resources:
         if self._fulltext is None and self.cfg.get("expand") is not None:
             from scholar_agents.papers.live.fulltext import build_fulltext
 
-            self._fulltext = build_fulltext(self.cfg.expand, self.store)
+            ecfg = OmegaConf.to_container(self.cfg.expand, resolve=True)
+            if ecfg["kind"] != "store":
+                _default_cache(ecfg, ecfg["kind"], self.cfg.paths.cache_dir)
+            self._fulltext = build_fulltext(ecfg, self.store)
         return self._fulltext
 
     def live_stats(self) -> dict:
@@ -161,9 +164,13 @@ class Resources:
     def search(self, kind: Optional[str] = None):
         from scholar_agents.papers.index import load_or_build_search
 
+        from scholar_agents.papers.index import LIVE_KINDS
+
         scfg = OmegaConf.to_container(self.cfg.search, resolve=True)
         scfg["kind"] = kind or scfg["kind"]
         key = scfg["kind"]
+        if key in LIVE_KINDS:  # an eval row's live kind under another search preset: still cached on disk
+            _default_cache(scfg, key, self.cfg.paths.cache_dir)
         if key not in self._search:
             embedder = self.embedder() if key in ("dense", "hybrid") else None
             self._search[key] = load_or_build_search(scfg, self.store, embedder, self.index_dir, progress=True)
@@ -271,6 +278,14 @@ class Resources:
             "crawler env": OmegaConf.to_container(self.cfg.crawler.env, resolve=True),
             "crawler policy": OmegaConf.to_container(self.cfg.crawler.policy, resolve=True),
         }
+
+
+def _default_cache(cfg: dict, kind: str, cache_dir: str) -> None:
+    """A live backend's HTTP cache defaults to ``<paths.cache_dir>/http/<kind>.sqlite`` (the presets set it; an
+    override like ``search.kind=arxiv_api`` or an eval row does not go through them)."""
+    http = cfg.setdefault(kind, {}).setdefault("http", {})
+    if not http.get("cache_path"):
+        http["cache_path"] = f"{cache_dir}/http/{kind}.sqlite"
 
 
 def _structured(cls, node):
