@@ -169,7 +169,7 @@ class Resources:
         scfg = OmegaConf.to_container(self.cfg.search, resolve=True)
         scfg["kind"] = kind or scfg["kind"]
         key = scfg["kind"]
-        if key in LIVE_KINDS:  # an eval row's live kind under another search preset: still cached on disk
+        if key in LIVE_KINDS or key == "online":  # an eval row's live kind under another preset: still cached
             _default_cache(scfg, key, self.cfg.paths.cache_dir)
         if key not in self._search:
             embedder = self.embedder() if key in ("dense", "hybrid") else None

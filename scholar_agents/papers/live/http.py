@@ -63,9 +63,10 @@ def _import_requests_cache():
 
 
 class LiveSession:
-    """``get(url, params)`` on one service. ``backend`` names it in errors (``search=arxiv_api``) and ``offline``
-    is the switch that avoids it (``search=hybrid``); ``headers`` may carry an API key (never logged, never part
-    of the cache key or of the cached request: ``secret_headers`` are redacted by requests-cache)."""
+    """``get(url, params)``, or ``post(url, json_body)`` (Serper), on one service. ``backend`` names it in errors
+    (``search=arxiv_api``) and ``offline`` is the switch that avoids it (``search=hybrid``); ``headers`` may carry
+    an API key (never logged, never part of the cache key or of the cached request: ``secret_headers`` are redacted
+    by requests-cache). A POST is cached like a GET, keyed on its (normalised) JSON body."""
 
     def __init__(self, http: HttpConfig, backend: str, offline: str, min_interval_s: float = 0.0,
                  headers: dict[str, str] | None = None, secret_headers: tuple[str, ...] = ()):
@@ -80,6 +81,7 @@ class LiveSession:
         self.requests_sent = 0  # real requests (cache misses), retries not counted
         self.cache_hits = 0
         lock = threading.Lock()
+        self._count_lock = threading.Lock()
         last = [0.0]
         session_self = self
 
@@ -102,15 +104,18 @@ class LiveSession:
 
         retry = _BoundedRetry(total=http.max_retries, connect=1, read=http.max_retries, status=http.max_retries,
                               backoff_factor=http.backoff_s, status_forcelist=(429, 500, 502, 503, 504),
-                              allowed_methods=("GET",), respect_retry_after_header=True, raise_on_status=False)
+                              allowed_methods=("GET", "POST"), respect_retry_after_header=True, raise_on_status=False)
         if http.cache_path:
             from pathlib import Path
 
             Path(http.cache_path).parent.mkdir(parents=True, exist_ok=True)
             expire = -1 if http.cache_expire_days is None else http.cache_expire_days * 86400
+            # requests-cache redacts a header only under its exact spelling: every spelling used here is listed
+            wanted = {h.lower() for h in secret_headers}
+            secret = sorted(set(secret_headers) | {h for h in (headers or {}) if h.lower() in wanted})
             self.session = requests_cache.CachedSession(
                 http.cache_path, backend="sqlite", expire_after=expire, allowable_codes=(200, 404),
-                allowable_methods=("GET",), ignored_parameters=list(secret_headers), match_headers=False,
+                allowable_methods=("GET", "POST"), ignored_parameters=secret, match_headers=False,
                 stale_if_error=False)
         else:
             self.session = requests.Session()
@@ -126,11 +131,18 @@ class LiveSession:
 
     def get(self, url: str, params: dict[str, Any] | None = None, key_env: str | None = None):
         """The 200 response, or an exception as described in the module doc."""
+        return self._request("GET", url, key_env, params=params)
+
+    def post(self, url: str, json_body: dict[str, Any], key_env: str | None = None):
+        """``get`` for a JSON POST (retried, rate-limited and cached the same way; the body is the cache key)."""
+        return self._request("POST", url, key_env, json=json_body)
+
+    def _request(self, method: str, url: str, key_env: str | None, **kw):
         requests = self._requests
         from urllib3.exceptions import ReadTimeoutError
 
         try:
-            r = self.session.get(url, params=params, timeout=self.http.timeout_s)
+            r = self.session.request(method, url, timeout=self.http.timeout_s, **kw)
         except requests.exceptions.RetryError as e:  # retries used up on 429/5xx (raise_on_status=False: rare)
             raise LiveRequestFailed(f"{self.backend}: {url}: retries exhausted ({e})", "retries") from None
         except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as e:
@@ -145,7 +157,8 @@ class LiveSession:
                 f"{self.backend}: cannot reach {url.split('?')[0]} ({cause}); this backend needs network "
                 f"access: offline, use {self.offline}") from None
         if getattr(r, "from_cache", False):
-            self.cache_hits += 1
+            with self._count_lock:  # a backend may call from several threads (search=online)
+                self.cache_hits += 1
         if r.status_code == 200:
             return r
         if r.status_code in (401, 403):
