@@ -8,7 +8,7 @@ import time
 import pytest
 
 from scholar_agents.papers.index import SearchConfig, load_or_build_search
-from scholar_agents.papers.live.arxiv_api import ArxivApiConfig, ArxivApiSearch, search_query
+from scholar_agents.papers.live.arxiv_api import ArxivApiConfig, ArxivApiSearch, content_terms, search_query
 from scholar_agents.papers.live.http import HttpConfig, LiveServiceUnreachable
 from scholar_agents.papers.live.semantic_scholar import SemanticScholarConfig, SemanticScholarSearch
 from scholar_agents.papers.paper import Paper
@@ -52,7 +52,9 @@ def test_arxiv_api_pages_filters_by_date_and_stores_the_papers(tmp_path, store):
     assert [r.params["start"] for r in server.log] == ["0", "2"]
     assert [r.params["max_results"] for r in server.log] == ["2", "1"]
     q = server.log[0].params["search_query"]
-    assert q == "(all:low AND all:rank AND all:adaptation) AND submittedDate:[190001010000 TO 202109292359]"
+    # match=any_terms (the default): the content words OR-ed, ranked by arXiv's relevance sort
+    assert q == "(all:low OR all:rank OR all:adaptation) AND submittedDate:[190001010000 TO 202109292359]"
+    assert server.log[0].params["sortBy"] == "relevance"
     lora = store.get("2106.09685")  # PaSa §5.1 date filter through the API's submittedDate, and one store
     assert lora.title == "LoRA: Low-Rank Adaptation of Large Language Models" and lora.date == "2021-06-17"
     assert lora.source == "arxiv_api" and lora.authors == ["Edward J. Hu", "Yelong Shen"]
@@ -62,10 +64,66 @@ def test_arxiv_api_pages_filters_by_date_and_stores_the_papers(tmp_path, store):
 
 
 def test_query_syntax_is_neutralised():
-    assert search_query('graph "neural" (nets): AND ti:x', None) == \
-        "all:graph AND all:neural AND all:nets AND all:ti AND all:x"
+    # punctuation and the query syntax split words; AND/OR/NOT and one-character words are dropped
+    assert search_query('graph "neural" (nets): AND ti:x*', None, "all_terms") == \
+        "all:graph AND all:neural AND all:nets AND all:ti"
     with pytest.raises(ValueError, match="empty arXiv query"):
         search_query("():", None)
+
+
+def test_natural_language_queries_keep_their_content_words():
+    q = "Graph neural networks for molecular property prediction?"
+    assert search_query(q, None) == \
+        "all:graph OR all:neural OR all:networks OR all:molecular OR all:property OR all:prediction"
+    assert search_query(q, "2021-01-01", "all_terms") == ("(all:graph AND all:neural AND all:networks AND "
+                                                          "all:molecular AND all:property AND all:prediction) "
+                                                          "AND submittedDate:[190001010000 TO 202012312359]")
+    # scikit-learn's stop-words drop question words; Lucene's short list keeps "which"; hyphens split, words once
+    q = "Which papers adapt low-rank updates to the low-resource setting?"
+    assert content_terms(q) == ["papers", "adapt", "low", "rank", "updates", "resource", "setting"]
+    assert content_terms(q, "lucene")[:2] == ["which", "papers"] and content_terms(q, "none")[-2:] == ["resource",
+                                                                                                        "setting"]
+    with pytest.raises(ValueError, match="empty arXiv query"):
+        content_terms("Which of these are they?")
+
+
+def _empty_for_and(params):
+    """An arXiv that finds nothing for the AND query and page 1 for anything else."""
+    empty = " AND all:" in params["search_query"]
+    return Reply(body=asset("arxiv_empty.xml" if empty else "arxiv_page1.xml"), content_type=ATOM)
+
+
+def test_match_switch_sends_or_and_and_falls_back(tmp_path, store):
+    with serve_replay({"/api/query": _empty_for_and}) as (url, server):
+        def make(match, sub):
+            return ArxivApiSearch(ArxivApiConfig(endpoint=url + "/api/query", page_size=2, min_interval_s=0.0,
+                                                 match=match, http=http(tmp_path / sub)), store)
+
+        strict = make("all_terms", "a")
+        assert strict.search("low rank adaptation of language models", k=2) == []
+        assert [r.params["search_query"] for r in server.log] == \
+            ["all:low AND all:rank AND all:adaptation AND all:language AND all:models"]
+        server.log.clear()
+        fallback = make("all_then_any", "b")
+        hits = fallback.search("low rank adaptation of language models", k=2, before="2022-01-01")
+        # AND found nothing: the same terms OR-ed (one more request), its papers are the hits
+        assert [h.paper_id for h in hits] == ["2106.09685", "1706.03762"]
+        assert [r.params["search_query"] for r in server.log] == [
+            "(all:low AND all:rank AND all:adaptation AND all:language AND all:models) "
+            "AND submittedDate:[190001010000 TO 202112312359]",
+            "(all:low OR all:rank OR all:adaptation OR all:language OR all:models) "
+            "AND submittedDate:[190001010000 TO 202112312359]"]
+        assert fallback.stats["any_terms_fallbacks"] == 1 and fallback.stats["skipped_requests"] == {}
+        server.log.clear()
+        # one term: AND found it (no fallback, one request); only stop-words: no request, counted
+        assert [h.paper_id for h in fallback.search("LoRA", k=2)] == ["2106.09685", "1706.03762"]
+        assert fallback.search("Which of these are they?") == []
+        assert [r.params["search_query"] for r in server.log] == ["all:lora"]
+        assert fallback.stats["any_terms_fallbacks"] == 1 and fallback.stats["skipped_requests"] == {"empty_query": 1}
+    with pytest.raises(UsageError, match=r"search.arxiv_api.match must be one of .*'any_terms'"):
+        make("relevance", "c")
+    with pytest.raises(UsageError, match=r"search.arxiv_api.stop_words must be one of"):
+        ArxivApiSearch(ArxivApiConfig(stop_words="nltk", http=http(tmp_path / "d")), store)
 
 
 def test_a_query_with_nothing_searchable_sends_nothing(tmp_path, store):
