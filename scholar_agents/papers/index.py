@@ -28,12 +28,15 @@ from scholar_agents.papers.dated_docs import DatedDocs
 from scholar_agents.papers.dense import INDEX_TYPES, DenseSearch, build_faiss_index
 from scholar_agents.papers.embedding_pool import EmbeddingPool, doc_hashes, fill_from
 from scholar_agents.papers.hybrid import HybridSearch
+from scholar_agents.papers.live.arxiv_api import ArxivApiConfig
+from scholar_agents.papers.live.semantic_scholar import SemanticScholarConfig
 from scholar_agents.papers.online import OnlineSearch, OnlineSearchConfig
 from scholar_agents.papers.search_base import SearchBackend
 
 log = logging.getLogger(__name__)
 
-KINDS = ("bm25", "dense", "hybrid", "online")
+KINDS = ("bm25", "dense", "hybrid", "online", "arxiv_api", "semantic_scholar")
+LIVE_KINDS = ("arxiv_api", "semantic_scholar")  # they add the papers they find to the (writable) store
 ENCODE_CHUNK = 1024  # papers encoded between two checkpoints (pool chunks) of a long encoding
 
 
@@ -41,7 +44,9 @@ ENCODE_CHUNK = 1024  # papers encoded between two checkpoints (pool chunks) of a
 class SearchConfig:
     """Which retriever and how. Presets in ``conf/search/*.yaml``."""
 
-    kind: str = "hybrid"  # bm25 | dense | hybrid (RRF of bm25 + dense) | online (Google via Serper)
+    # bm25 | dense | hybrid (RRF of bm25 + dense) | online (Google via Serper, mapped onto the store) |
+    # arxiv_api | semantic_scholar (live services; found papers are added to the store: papers/live/)
+    kind: str = "hybrid"
     k: int = 10  # default number of hits (PaSa's search tool returns its top results per query)
     text_fields: list[str] = field(default_factory=lambda: ["title", "abstract"])
     keep_undated: bool = True  # papers without a date pass every before-date filter (else: never)
@@ -75,6 +80,8 @@ class SearchConfig:
     rrf_depth: int = 100  # hits taken from each component before fusing
     rebuild: bool = False  # ignore saved indexes and rebuild
     online: OnlineSearchConfig = field(default_factory=OnlineSearchConfig)
+    arxiv_api: ArxivApiConfig = field(default_factory=ArxivApiConfig)
+    semantic_scholar: SemanticScholarConfig = field(default_factory=SemanticScholarConfig)
 
 
 def to_search_config(cfg: SearchConfig | DictConfig | dict | None) -> SearchConfig:
@@ -263,6 +270,19 @@ def load_or_build_search(cfg: SearchConfig | DictConfig | dict | None, store, em
     if cfg.kind == "online":
         backend: SearchBackend = OnlineSearch(cfg.online, store)
         backend.build_info = {"online": {"status": "remote", "endpoint": cfg.online.endpoint}}  # type: ignore[attr-defined]
+        return backend
+    if cfg.kind in LIVE_KINDS:
+        if cfg.kind == "arxiv_api":
+            from scholar_agents.papers.live.arxiv_api import ArxivApiSearch
+
+            backend = ArxivApiSearch(cfg.arxiv_api, store)
+            endpoint = cfg.arxiv_api.endpoint
+        else:
+            from scholar_agents.papers.live.semantic_scholar import SemanticScholarSearch
+
+            backend = SemanticScholarSearch(cfg.semantic_scholar, store)
+            endpoint = cfg.semantic_scholar.endpoint
+        backend.build_info = {cfg.kind: {"status": "remote", "endpoint": endpoint}}  # type: ignore[attr-defined]
         return backend
     if index_dir is None:
         raise ValueError("local search needs an index_dir to persist its indexes")

@@ -4,6 +4,12 @@ PaSa's [Search] calls Google with ``site:arxiv.org`` and ``before:<query date>``
 result to a paper id: the arXiv id in the link, else its title matched against the store. The date filter is
 also re-applied locally (Google's ``before:`` is approximate). Never required: the local backends are the
 default. The API key is read only from the environment variable named in the config and is never logged.
+
+Requests go through the live backends' session (``papers/live/http.py``): a POST per query, cached on disk keyed on
+its JSON body (a crawl re-run sends nothing; the ``X-API-KEY`` header is neither in the key nor in the stored
+request), retried on 429/5xx honouring ``Retry-After`` (bounded), with a timeout. A request that still fails is a
+counted skip (the query gets no hits, ``stats``); an unreachable endpoint or a refused key stops the run with one
+line (:class:`OnlineSearchUnreachable`).
 """
 
 from __future__ import annotations
@@ -11,14 +17,18 @@ from __future__ import annotations
 import logging
 import os
 import re
-import time
+import threading
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from scholar_agents.papers.dated_docs import date_key, normalize_date
+from scholar_agents.papers.live.http import HttpConfig, LiveRequestFailed, LiveServiceUnreachable, LiveSession
 from scholar_agents.papers.loaders import date_from_arxiv_id, strip_version
+from scholar_agents.papers.paper import Paper
 from scholar_agents.papers.search_base import Hit, SearchBackend, per_query_dates
+from scholar_agents.validation import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +47,34 @@ class OnlineSearchConfig:
     date_operator: bool = True  # PaSa §5.1: before:<query date> in the Google query
     num_results: int = 10  # results requested per query (Serper: 10..100); at least k are requested
     require_in_store: bool = True  # drop results that are not papers in the store (the crawler needs their text)
+    # Ours, for live runs (expand=ar5iv fetches the text): an arXiv result missing from the store is added to it
+    # (title, snippet as abstract, the date of its id, source "serper") instead of dropped. Needs a writable store:
+    # `pasa search` then works on papers.live_store (docs/pasa.md).
+    add_missing: bool = False
     title_match_min_score: float = 90.0
-    timeout_s: float = 20.0
-    max_retries: int = 3
-    retry_backoff_s: float = 1.0
-    max_concurrency: int = 4
+    max_concurrency: int = 4  # queries of one batch sent at once
+    min_interval_s: float = 0.0  # between two requests that reach Serper (cache hits never wait)
+    # cache (the preset: ${paths.cache_dir}/http/online.sqlite), timeout, retries with backoff, Retry-After bound
+    http: HttpConfig = field(default_factory=lambda: HttpConfig(timeout_s=20.0))
 
 
 class OnlineSearchError(RuntimeError):
     pass
+
+
+class OnlineSearchUnreachable(OnlineSearchError, UsageError):
+    """Serper cannot be used at all (no network, or the key is refused): one line, ``scholar`` exits 2."""
+
+
+def _organic(response) -> list[dict[str, Any]]:
+    """The ``organic`` results of a Serper answer (none is an answer); a body of another shape is malformed."""
+    data = response.json()
+    if not isinstance(data, dict):
+        raise TypeError(f"a JSON object was expected, got {type(data).__name__}")
+    organic = data.get("organic") or []
+    if not isinstance(organic, list) or not all(isinstance(r, dict) for r in organic):
+        raise TypeError("`organic` is not a list of results")
+    return organic
 
 
 class OnlineSearch(SearchBackend):
@@ -59,9 +88,22 @@ class OnlineSearch(SearchBackend):
             raise OnlineSearchError(
                 f"online search needs an API key in the environment variable {cfg.api_key_env} "
                 f"(e.g. a serper.dev key); or use search.kind=bm25|dense|hybrid, which run offline")
-        self._key = key
         if cfg.require_in_store and store is None:
             raise ValueError("online search with require_in_store=true needs the paper store")
+        if cfg.add_missing and getattr(store, "readonly", True):
+            raise ValueError("online search with add_missing=true adds papers to the store: it needs a writable store")
+        # The key travels only in this header; requests-cache redacts it (spelled as here) from what it stores.
+        self.session = LiveSession(cfg.http, "search=online", "search=hybrid (the local corpus)",
+                                   min_interval_s=cfg.min_interval_s, headers={"X-API-KEY": key},
+                                   secret_headers=("X-API-KEY",))
+        self.skipped: Counter = Counter()  # failed requests by reason (timeout, http_429, malformed, ...)
+        self.added = 0  # arXiv results added to the store (add_missing)
+        self._lock = threading.Lock()
+
+    @property
+    def stats(self) -> dict:
+        return {"requests_sent": self.session.requests_sent, "cache_hits": self.session.cache_hits,
+                "papers_added": self.added, "skipped_requests": dict(self.skipped)}
 
     def __repr__(self) -> str:  # never show the key
         return f"OnlineSearch(endpoint={self.cfg.endpoint!r}, key_env={self.cfg.api_key_env!r})"
@@ -74,37 +116,27 @@ class OnlineSearch(SearchBackend):
             q += f" before:{before}"
         return q
 
-    def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
-        import requests
-
-        headers = {"X-API-KEY": self._key, "Content-Type": "application/json"}
-        last = ""
-        for attempt in range(self.cfg.max_retries + 1):
-            try:
-                r = requests.post(self.cfg.endpoint, json=payload, headers=headers, timeout=self.cfg.timeout_s)
-            except requests.RequestException as e:
-                last = f"{type(e).__name__}: {e}"
-            else:
-                if r.status_code == 200:
-                    try:
-                        return r.json()
-                    except ValueError:
-                        raise OnlineSearchError(f"{self.cfg.endpoint} returned non-JSON") from None
-                last = f"HTTP {r.status_code}"
-                if r.status_code in (401, 403):
-                    raise OnlineSearchError(f"{self.cfg.endpoint} rejected the API key from "
-                                            f"${self.cfg.api_key_env} ({last})")
-                if r.status_code not in (408, 429) and r.status_code < 500:
-                    raise OnlineSearchError(f"{self.cfg.endpoint}: {last}: {r.text[:200]}")
-            if attempt < self.cfg.max_retries:
-                time.sleep(self.cfg.retry_backoff_s * 2 ** attempt)
-        raise OnlineSearchError(f"{self.cfg.endpoint} failed after {self.cfg.max_retries + 1} attempts: {last}")
+    def _post(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
+        """Serper's organic results; raises :class:`LiveRequestFailed` (counted by the caller) or
+        :class:`OnlineSearchUnreachable`."""
+        try:
+            r = self.session.post(self.cfg.endpoint, payload, key_env=self.cfg.api_key_env)
+        except LiveServiceUnreachable as e:
+            raise OnlineSearchUnreachable(str(e)) from None
+        return self.session.parsed(r, _organic)
 
     def _to_paper_id(self, result: dict[str, Any]) -> str | None:
         m = _ARXIV_LINK.search(str(result.get("link", "")))
         if m:
             pid = strip_version(m.group(1))
             if self.store is None or not self.cfg.require_in_store or pid in self.store:
+                return pid
+            if self.cfg.add_missing:
+                self.store.add([Paper(pid, _TITLE_NOISE.sub("", str(result.get("title", ""))) or pid,
+                                      abstract=str(result.get("snippet", "")), date=date_from_arxiv_id(pid),
+                                      source="serper")])
+                with self._lock:
+                    self.added += 1
                 return pid
         title = _TITLE_NOISE.sub("", str(result.get("title", "")))
         if self.store is not None and title:
@@ -120,9 +152,15 @@ class OnlineSearch(SearchBackend):
 
     def _one(self, query: str, k: int, before: str | None) -> list[Hit]:
         before = normalize_date(before)
-        data = self._post({"q": self._query_text(query, before), "num": max(k, self.cfg.num_results)})
+        try:
+            organic = self._post({"q": self._query_text(query, before), "num": max(k, self.cfg.num_results)})
+        except LiveRequestFailed as e:
+            with self._lock:
+                self.skipped[e.reason] += 1
+            log.warning("%s (query %r: no hits, counted as skipped)", e, query[:80])
+            return []
         out: list[str] = []
-        for res in data.get("organic", []) or []:
+        for res in organic:
             pid = self._to_paper_id(res)
             if pid is None or pid in out:
                 continue

@@ -112,27 +112,68 @@ class Resources:
         # (resolved first: ${paths...} interpolations need the root config)
         self.build_info = build_store(to_papers_config(OmegaConf.to_container(cfg.papers, resolve=True)),
                                       progress=True)
-        self.store = PaperStore(cfg.papers.store, readonly=True)
+        self.index_dir = str(cfg.papers.index_dir)
+        if self.live:
+            from scholar_agents.papers.live.store import open_live_store
+
+            # Live backends add what they fetch to one store: a copy of the corpus store (papers/live/store.py).
+            self.store = open_live_store(cfg.papers.store, cfg.papers.live_store)
+            self.index_dir += "+live"  # a local row over the live store must not overwrite the corpus' indexes
+        else:
+            self.store = PaperStore(cfg.papers.store, readonly=True)
         if len(self.store) == 0:
             raise ValueError(f"the paper store {cfg.papers.store} is empty: build it with `scholar papers build`")
+        self._fulltext = None
         self._search: dict[str, Any] = {}
         self._llms: dict[str, Any] = {}
         self._embedder = None
         self._selector = None
         self._devices: dict = {"crawler": None, "selector": None}  # plan_engine_devices, set by agent()
 
+    @property
+    def live(self) -> bool:
+        """Whether a live backend is configured (search=arxiv_api|semantic_scholar or expand=ar5iv|...)."""
+        from scholar_agents.papers.index import LIVE_KINDS
+
+        expand = self.cfg.get("expand")
+        rows = self.cfg.get("rows") or []  # `eval pasa` rows may name their own search kind
+        serper_adds = self.cfg.search.kind == "online" and self.cfg.search.online.get("add_missing")
+        return (self.cfg.search.kind in LIVE_KINDS or any(r.get("search") in LIVE_KINDS for r in rows)
+                or bool(serper_adds) or (expand is not None and expand.kind != "store"))
+
+    def fulltext(self):
+        """The [Expand] fetcher of ``expand`` (None for expand=store)."""
+        if self._fulltext is None and self.cfg.get("expand") is not None:
+            from scholar_agents.papers.live.fulltext import build_fulltext
+
+            ecfg = OmegaConf.to_container(self.cfg.expand, resolve=True)
+            if ecfg["kind"] != "store":
+                _default_cache(ecfg, ecfg["kind"], self.cfg.paths.cache_dir)
+            self._fulltext = build_fulltext(ecfg, self.store)
+        return self._fulltext
+
+    def live_stats(self) -> dict:
+        """Requests sent, cache hits, papers added and what was skipped, per live backend used so far."""
+        out = {f"search={k}": b.stats for k, b in self._search.items() if hasattr(b, "stats")}
+        if self._fulltext is not None:
+            out[f"expand={self._fulltext.name}"] = self._fulltext.stats
+        return out
+
     # ---- search ----
 
     def search(self, kind: Optional[str] = None):
         from scholar_agents.papers.index import load_or_build_search
 
+        from scholar_agents.papers.index import LIVE_KINDS
+
         scfg = OmegaConf.to_container(self.cfg.search, resolve=True)
         scfg["kind"] = kind or scfg["kind"]
         key = scfg["kind"]
+        if key in LIVE_KINDS or key == "online":  # an eval row's live kind under another preset: still cached
+            _default_cache(scfg, key, self.cfg.paths.cache_dir)
         if key not in self._search:
             embedder = self.embedder() if key in ("dense", "hybrid") else None
-            self._search[key] = load_or_build_search(scfg, self.store, embedder, self.cfg.papers.index_dir,
-                                                     progress=True)
+            self._search[key] = load_or_build_search(scfg, self.store, embedder, self.index_dir, progress=True)
         return self._search[key]
 
     def embedder(self):
@@ -209,7 +250,7 @@ class Resources:
         if not self._llms:  # the first agent decides where the engines go
             self.plan_devices(getattr(spec, "crawler_model", None), agent_cfg.use_selector)
         llm = self.llm(getattr(spec, "crawler_model", None))
-        env = CrawlEnv(self.store, self.search(), env_cfg, tokenizer=llm.tokenizer)
+        env = CrawlEnv(self.store, self.search(), env_cfg, tokenizer=llm.tokenizer, fulltext=self.fulltext())
         crawler = Crawler(llm, _structured(CrawlerConfig, self.cfg.crawler.policy))
         selector = self.selector() if agent_cfg.use_selector else None
         return PaSaAgent(env, crawler, selector, agent_cfg)
@@ -230,15 +271,27 @@ class Resources:
             "citation source": f"{self.cfg.papers.get('citation_source', 'paper store sections')}: "
                                f"{stats['with_sections']} papers with sections, {stats['references']} references "
                                f"({stats['resolved_references']} resolved to stored papers)",
+            "expand": (f"{self.cfg.expand.kind}: sections fetched on demand into {self.cfg.papers.live_store}"
+                       if self.cfg.get("expand") is not None and self.cfg.expand.kind != "store"
+                       else "the store's sections"),
             "search": f"{self.cfg.search.kind} (k={self.cfg.crawler.env.search_k} per [Search])"
                       + (f"; dense index over the papers before {self.cfg.search.dense_before} (search.dense_before)"
                          if self.cfg.search.get("dense_before") else ""),
             "crawler": f"{self.cfg.llm.model} ({self.cfg.llm.backend})",
             "selector": f"{(self.cfg.get('selector_llm') or self.cfg.llm).model}, threshold "
                         f"{self.cfg.selector.threshold}",
+            **({"live backends": self.live_stats()} if self.live else {}),
             "crawler env": OmegaConf.to_container(self.cfg.crawler.env, resolve=True),
             "crawler policy": OmegaConf.to_container(self.cfg.crawler.policy, resolve=True),
         }
+
+
+def _default_cache(cfg: dict, kind: str, cache_dir: str) -> None:
+    """A live backend's HTTP cache defaults to ``<paths.cache_dir>/http/<kind>.sqlite`` (the presets set it; an
+    override like ``search.kind=arxiv_api`` or an eval row does not go through them)."""
+    http = cfg.setdefault(kind, {}).setdefault("http", {})
+    if not http.get("cache_path"):
+        http["cache_path"] = f"{cache_dir}/http/{kind}.sqlite"
 
 
 def _structured(cls, node):
@@ -276,5 +329,9 @@ def search(cfg: DictConfig) -> dict:
     (out / "results.md").write_text(tables)
     write_trajectories(out / "trajectories.jsonl", [t for r in results for t in r.trajectories])
     print(tables)
+    live = res.live_stats()
+    if live:
+        (out / "live.json").write_text(json.dumps(live, indent=1))
+        log.info("live backends: %s", json.dumps(live))
     log.info("results: %s", out / "results.json")
-    return {"output_dir": str(out), "results": payload}
+    return {"output_dir": str(out), "results": payload, **({"live": live} if live else {})}

@@ -157,11 +157,15 @@ class CrawlEnv:
     """``env.reset(queries)`` -> states; ``env.next_sessions(states, n)`` -> sessions to generate;
     ``env.step(sessions, generations)`` -> session records (and the queues grow)."""
 
-    def __init__(self, store: PaperStore, search: SearchBackend, cfg: CrawlConfig | None = None, tokenizer=None):
+    def __init__(self, store: PaperStore, search: SearchBackend, cfg: CrawlConfig | None = None, tokenizer=None,
+                 fulltext=None):
         self.store = store
         self.search = search
         self.cfg = cfg or CrawlConfig()
         self.tokenizer = tokenizer  # aligns actions with generated token ids when given
+        # expand=ar5iv|semantic_scholar (papers/live/fulltext.py): fetches the sections of a queued paper the store
+        # has none for, just before its S_q+p session; None (expand=store) reads the store as it is.
+        self.fulltext = fulltext
         self._title_cache: dict[str, Optional[str]] = {}
         self.timing = Counter()  # seconds: env_search, env_expand, env_other
 
@@ -231,6 +235,8 @@ class CrawlEnv:
             still = []
             # Fetch the next candidate of every active query in one store call.
             heads = {s.pending[0].paper_id for s in active if s.pending[0].paper_id is not None}
+            if heads and self.fulltext is not None:
+                self.fulltext.ensure(sorted(heads))
             papers = self.store.get_many(list(heads)) if heads else {}
             for s in active:
                 if len(out) >= n:
