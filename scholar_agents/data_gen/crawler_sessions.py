@@ -329,6 +329,7 @@ def crawler_sessions(cfg: DictConfig) -> dict:
     write_jsonl(out_dir / "teacher_failures.jsonl", failed)
     train_rows = [r for r in sessions if r["meta"]["qid"] not in eval_qids]
     report = {"model": str(cfg.llm.model), "teacher": str(dg.teacher), "queries_file": str(dg.queries),
+              "search_backend": getattr(search, "resolved_kind", str(cfg.search.kind)),
               "user_queries": len(queries), "counts": dict(stats), "sessions": len(sessions),
               "by_kind": dict(Counter(r["meta"]["kind"] for r in sessions)),
               "shards": {"resumed": run.resumed, "computed": run.computed},

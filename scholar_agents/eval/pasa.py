@@ -60,6 +60,10 @@ class RowSpec:
     method: str  # search | paraphrase | agent
     search: Optional[str] = None  # search kind for this row (bm25 | dense | hybrid); null = search.kind
     crawler_model: Optional[str] = None  # agent: the Crawler's model (null = llm.model)
+    # agent: a LoRA adapter on the Crawler's model (a path; "none" = the base model); null = crawler.policy.adapter
+    # when the row runs the preset's model, none when it names its own crawler_model
+    adapter: Optional[str] = None
+    constrained: Optional[bool] = None  # agent: override crawler.policy.constrained
     expand: Optional[bool] = None  # agent: override crawler.env.expand (Table 5 "w/o [Expand]")
     instructed_prompts: Optional[bool] = None  # agent: override crawler.env.instructed_prompts (untrained models)
     use_selector: Optional[bool] = None  # agent: override agent.use_selector

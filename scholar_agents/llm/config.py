@@ -14,6 +14,11 @@ class LLMConfig:
     # A local HF directory, a hub name on networked clusters, or an embedded model: "embedded:smollm2".
     model: str = "embedded:smollm2"
     tokenizer: Optional[str] = None  # defaults to `model`
+    # A PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors) applied on `model` (ours: the
+    # embedded default Crawler, assets/crawler_adapter). hf: loaded with PEFT and merged into the weights; vllm:
+    # merged once into a cached checkpoint (${cache}/models/merged/...); openai: refused (the server holds the
+    # weights). null = the model as is.
+    adapter: Optional[str] = None
     dtype: str = "auto"  # auto (bf16 where the CPU/GPU supports it, else fp32) | bfloat16 | float16 | float32
     device: str = "auto"  # auto | cpu | cuda | cuda:N  (hf backend)
     batch_size: int = 16  # prompts per forward pass (hf backend)

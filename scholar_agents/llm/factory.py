@@ -52,6 +52,15 @@ def build_llm(cfg: LLMConfig | DictConfig | dict) -> LLM:
     if cfg.backend not in BACKENDS:
         raise ValueError(f"unknown llm.backend {cfg.backend!r}; choose one of {list(BACKENDS)}")
     tokenizer = resolve_model_path(cfg.tokenizer) if cfg.tokenizer else None
+    adapter = None
+    if cfg.adapter:
+        from scholar_agents.llm.adapters import resolve_adapter
+
+        adapter = resolve_adapter(cfg.adapter)
+        if cfg.backend == "openai":
+            raise ValueError(f"llm.adapter={cfg.adapter} with llm.backend=openai: the server holds the weights; serve "
+                             "a merged checkpoint (`llm=smollm2_vllm` merges the adapter once into "
+                             "<cache>/models/merged/) or set llm.adapter=null")
     if cfg.backend == "openai":
         # The model runs on the server; locally we need only its tokenizer (chat template, token counting).
         from scholar_agents.llm.openai_backend import OpenAIBackend
@@ -60,11 +69,17 @@ def build_llm(cfg: LLMConfig | DictConfig | dict) -> LLM:
     elif cfg.backend == "vllm":
         from scholar_agents.llm.vllm_backend import VLLMBackend
 
-        llm = VLLMBackend(cfg, resolve_model_path(cfg.model), tokenizer)
+        model_path = resolve_model_path(cfg.model)
+        if adapter is not None:  # vLLM loads a plain checkpoint: the adapter merged once into the cache
+            from scholar_agents.llm.adapters import merged_checkpoint
+
+            tokenizer = tokenizer or model_path
+            model_path = str(merged_checkpoint(model_path, adapter))
+        llm = VLLMBackend(cfg, model_path, tokenizer)
     else:
         from scholar_agents.llm.hf_backend import HFBackend
 
-        llm = HFBackend(cfg, resolve_model_path(cfg.model), tokenizer)
+        llm = HFBackend(cfg, resolve_model_path(cfg.model), tokenizer, adapter=adapter)
     if cfg.cache_path:
         from scholar_agents.llm.cache import CachedLLM
 

@@ -61,7 +61,7 @@ class GrammarLogitsProcessor:
 
 
 class HFBackend(LLM):
-    def __init__(self, cfg: LLMConfig, model_path: str, tokenizer_path: str | None = None):
+    def __init__(self, cfg: LLMConfig, model_path: str, tokenizer_path: str | None = None, adapter=None):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if cfg.batch_size < 1:
@@ -74,17 +74,31 @@ class HFBackend(LLM):
         if tok.pad_token_id is None:
             tok.pad_token = tok.eos_token
         self._tokenizer = tok
+        # With an adapter: merged in fp32 (a small low-rank delta added to bf16 weights would be rounded away, as
+        # train/sft.py's save_final notes), then cast to the serving dtype.
         self.model = AutoModelForCausalLM.from_pretrained(
-            model_path, dtype=self.dtype, trust_remote_code=cfg.trust_remote_code
-        ).to(self.device)
+            model_path, dtype=torch.float32 if adapter is not None else self.dtype,
+            trust_remote_code=cfg.trust_remote_code
+        )
+        if adapter is not None:  # llm.adapter: a LoRA adapter merged into the weights (llm/adapters.py)
+            from scholar_agents.llm.adapters import apply_adapter
+
+            self.model = apply_adapter(self.model, adapter).to(self.dtype)
+        self.model = self.model.to(self.device)
         self.model.eval()
         self.eos_token_ids = end_of_sequence_ids(tok, model_path)
         device = torch.device(self.device)
         self._rng_devices = [device.index or 0] if device.type == "cuda" else []
         self.model_id = model_identity(cfg.model, model_path, "hf", str(self.dtype).removeprefix("torch."))
+        if adapter is not None:
+            from scholar_agents.llm.adapters import adapter_fingerprint
+
+            self.model_id += f"|adapter:{adapter_fingerprint(adapter)}"
+        self.adapter = None if adapter is None else str(adapter)
         self._grammar_compiler = None  # xgrammar's, built on the first constrained request
         self._grammars: dict[OutputConstraint, object] = {}  # compiled once per constraint
-        log.info("hf backend: %s on %s in %s", model_path, self.device, self.dtype)
+        log.info("hf backend: %s%s on %s in %s", model_path, f" + adapter {adapter}" if adapter else "", self.device,
+                 self.dtype)
 
     @property
     def tokenizer(self):

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 def _embedder_for(cfg: DictConfig, kind: str, components: list[str]):
-    needs = kind == "dense" or (kind == "hybrid" and "dense" in components)
+    needs = kind == "dense" or (kind in ("hybrid", "auto") and "dense" in components)  # auto may resolve to hybrid
     if not needs:
         return None
     from scholar_agents.llm.embedder import build_embedder

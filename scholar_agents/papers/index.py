@@ -10,6 +10,7 @@ separately from the FAISS index, so switching flat -> HNSW re-indexes without re
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import logging
@@ -35,7 +36,7 @@ from scholar_agents.papers.search_base import SearchBackend
 
 log = logging.getLogger(__name__)
 
-KINDS = ("bm25", "dense", "hybrid", "online", "arxiv_api", "semantic_scholar")
+KINDS = ("bm25", "dense", "hybrid", "online", "arxiv_api", "semantic_scholar", "auto")
 LIVE_KINDS = ("arxiv_api", "semantic_scholar")  # they add the papers they find to the (writable) store
 ENCODE_CHUNK = 1024  # papers encoded between two checkpoints (pool chunks) of a long encoding
 
@@ -45,8 +46,13 @@ class SearchConfig:
     """Which retriever and how. Presets in ``conf/search/*.yaml``."""
 
     # bm25 | dense | hybrid (RRF of bm25 + dense) | online (Google via Serper, mapped onto the store) |
-    # arxiv_api | semantic_scholar (live services; found papers are added to the store: papers/live/)
+    # arxiv_api | semantic_scholar (live services; found papers are added to the store: papers/live/) |
+    # auto (ours, issue 17: hybrid when the store has a dense index or is small enough to encode one, else bm25;
+    # resolve_kind)
     kind: str = "hybrid"
+    # search=auto builds the dense index itself for a store of at most this many papers (the bundled sample: 3.5k,
+    # about a minute on 2 cores); a bigger store without one searches with BM25 (build it with search=hybrid)
+    auto_dense_max_papers: int = 20000
     k: int = 10  # default number of hits (PaSa's search tool returns its top results per query)
     text_fields: list[str] = field(default_factory=lambda: ["title", "abstract"])
     keep_undated: bool = True  # papers without a date pass every before-date filter (else: never)
@@ -256,6 +262,29 @@ def _dense(cfg: SearchConfig, docs: DatedDocs, texts: list[str], embedder, index
                        hnsw_ef_search=cfg.hnsw_ef_search, gpu=cfg.faiss_gpu)
 
 
+def has_dense_index(index_dir: str | Path | None) -> bool:
+    """Whether ``index_dir`` holds a finished dense index (its document embeddings; a corpus change since then only
+    encodes the new papers)."""
+    return index_dir is not None and _read_manifest(Path(index_dir) / "embeddings") is not None
+
+
+def resolve_kind(cfg: SearchConfig | DictConfig | dict | None, n_papers: int,
+                 index_dir: str | Path | None) -> tuple[str, str]:
+    """``search.kind`` with ``auto`` resolved (ours, issue 17: the Crawler searches with the backend its training
+    data were verified on): hybrid when a dense index exists for the store or the store is small enough to encode
+    one (``auto_dense_max_papers``), else BM25. Returns (kind, why)."""
+    cfg = to_search_config(cfg)
+    if cfg.kind != "auto":
+        return cfg.kind, "search.kind"
+    if has_dense_index(index_dir):
+        return "hybrid", f"search=auto: a dense index exists in {index_dir}"
+    if n_papers <= cfg.auto_dense_max_papers:
+        return "hybrid", (f"search=auto: {n_papers} papers <= search.auto_dense_max_papers="
+                          f"{cfg.auto_dense_max_papers}, the dense index is built")
+    return "bm25", (f"search=auto: no dense index in {index_dir} and {n_papers} papers > "
+                    f"search.auto_dense_max_papers={cfg.auto_dense_max_papers} (build one with search=hybrid)")
+
+
 def load_or_build_search(cfg: SearchConfig | DictConfig | dict | None, store, embedder=None,
                          index_dir: str | Path | None = None, progress: bool = False) -> SearchBackend:
     """The configured backend over ``store``, loading persisted indexes from ``index_dir`` when they match.
@@ -267,6 +296,13 @@ def load_or_build_search(cfg: SearchConfig | DictConfig | dict | None, store, em
     cfg = to_search_config(cfg)
     if cfg.kind not in KINDS:
         raise ValueError(f"search kind must be one of {KINDS}, got {cfg.kind!r}")
+    if cfg.kind == "auto":
+        kind, why = resolve_kind(cfg, len(store), index_dir)
+        log.info("search backend: %s (%s)", kind, why)
+        cfg = dataclasses.replace(cfg, kind=kind)
+        if kind == "hybrid" and embedder is None:
+            raise ValueError(f"{why}: hybrid search needs an embedder (resolve search=auto with resolve_kind before "
+                             "building the embedder)")
     if cfg.kind == "online":
         backend: SearchBackend = OnlineSearch(cfg.online, store)
         backend.build_info = {"online": {"status": "remote", "endpoint": cfg.online.endpoint}}  # type: ignore[attr-defined]

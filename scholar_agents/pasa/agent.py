@@ -71,8 +71,29 @@ class AgentResult:
                 order.setdefault(e.paper_id, len(order))
         self._order = order
 
+    @property
+    def no_valid_action(self) -> bool:
+        """No [Search] / [Expand] of the crawl was executed: the Crawler wrote nothing usable."""
+        return sum(t.n_moves for t in self.trajectories) == 0
+
+    def crawl_note(self) -> Optional[str]:
+        """The line the output shows when the crawl yielded no valid action (else None)."""
+        if not self.no_valid_action:
+            return None
+        sessions = sum(len(t.sessions) for t in self.trajectories)
+        errors = _sum_counts(t.grammar_errors for t in self.trajectories)
+        statuses = _sum_counts(t.action_statuses for t in self.trajectories)
+        failed = sum(1 for t in self.trajectories for s in t.sessions if s.finish_reason == "error")
+        parts = [f"{sessions} session{'s' if sessions != 1 else ''}",
+                 "grammar errors: " + (", ".join(f"{k} x{v}" for k, v in sorted(errors.items())) or "none")]
+        if statuses:
+            parts.append("action statuses: " + ", ".join(f"{k} x{v}" for k, v in sorted(statuses.items())))
+        if failed:
+            parts.append(f"{failed} prompt(s) rejected by the model")
+        return f"the Crawler wrote no valid action for this query ({'; '.join(parts)}): no paper was crawled"
+
     def to_dict(self, with_trajectories: bool = False) -> dict:
-        d = {"qid": self.qid, "query": self.query, "before": self.before,
+        d = {"qid": self.qid, "query": self.query, "before": self.before, "no_valid_action": self.no_valid_action,
              "papers": [asdict(p) for p in self.papers], "crawl_seconds": self.crawl_seconds,
              "select_seconds": self.select_seconds,
              "actions": sum(t.n_moves for t in self.trajectories),
@@ -165,6 +186,9 @@ def results_table(result: AgentResult, top: Optional[int] = 20, width: int = 80)
     with_rationale = any(p.rationale for p in rows)
     head = f"### {result.query}\n\n"
     head += f"before {result.before or '-'} · {len(result.papers)} papers crawled · {len(result.selected)} selected\n\n"
+    note = result.crawl_note()
+    if note:
+        head += f"**{note}**\n\n"
     cols = ["#", 'P("True")', "selected", "date", "paper", "title"] + (["rationale"] if with_rationale else [])
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for i, p in enumerate(rows, 1):

@@ -168,6 +168,8 @@ class Resources:
 
         scfg = OmegaConf.to_container(self.cfg.search, resolve=True)
         scfg["kind"] = kind or scfg["kind"]
+        if scfg["kind"] == "auto":  # hybrid or bm25, as the Crawler's training data were searched (issue 17)
+            scfg["kind"] = self.resolved_search_kind()
         key = scfg["kind"]
         if key in LIVE_KINDS or key == "online":  # an eval row's live kind under another preset: still cached
             _default_cache(scfg, key, self.cfg.paths.cache_dir)
@@ -175,6 +177,15 @@ class Resources:
             embedder = self.embedder() if key in ("dense", "hybrid") else None
             self._search[key] = load_or_build_search(scfg, self.store, embedder, self.index_dir, progress=True)
         return self._search[key]
+
+    def resolved_search_kind(self) -> str:
+        """``search.kind`` with ``auto`` resolved (papers.index.resolve_kind): what the agent searches with."""
+        if not hasattr(self, "_search_kind"):
+            from scholar_agents.papers.index import resolve_kind
+
+            self._search_kind, self._search_why = resolve_kind(self.cfg.search, len(self.store), self.index_dir)
+            log.info("the agent searches with %s (%s)", self._search_kind, self._search_why)
+        return self._search_kind
 
     def embedder(self):
         if self._embedder is None:
@@ -187,25 +198,40 @@ class Resources:
 
     # ---- models ----
 
-    def _llm_config(self, node: DictConfig, model: Optional[str] = None) -> dict:
+    def _llm_config(self, node: DictConfig, model: Optional[str] = None, adapter: Any = "preset") -> dict:
         c = OmegaConf.to_container(node, resolve=True)
         if model:
             c["model"] = model
+        if adapter != "preset":
+            c["adapter"] = adapter
         return c
 
-    def _llm_from(self, node: DictConfig, model: Optional[str] = None, role: str = "crawler"):
+    def crawler_adapter(self, model: Optional[str] = None) -> Optional[str]:
+        """The adapter the Crawler's model gets (:func:`crawler_adapter_for`)."""
+        return crawler_adapter_for(self.cfg, model)[0]
+
+    def _llm_from(self, node: DictConfig, model: Optional[str] = None, role: str = "crawler", adapter: Any = "preset"):
         from scholar_agents.llm import build_llm
 
-        c = self._llm_config(node, model)
+        c = self._llm_config(node, model, adapter)
         key = json.dumps(c, sort_keys=True)
         if key not in self._llms:
             with _cuda_visible(self._devices.get(role)):
                 self._llms[key] = build_llm(OmegaConf.create(c))
         return self._llms[key]
 
-    def llm(self, model: Optional[str] = None):
-        """The Crawler's LLM (``llm``), optionally with another model (a fine-tuned checkpoint)."""
-        return self._llm_from(self.cfg.llm, model, role="crawler")
+    def llm(self, model: Optional[str] = None, adapter: Any = "preset"):
+        """The LLM of ``llm`` (the paraphraser; ``llm.adapter`` as configured), optionally with another model."""
+        return self._llm_from(self.cfg.llm, model, role="crawler", adapter=adapter)
+
+    def crawler_llm(self, model: Optional[str] = None, adapter: Any = "preset"):
+        """The Crawler's LLM: ``llm`` (or a row's ``model``) with :meth:`crawler_adapter` (or the row's
+        ``adapter``: a path, or ``none`` for the base model)."""
+        if adapter == "preset":
+            adapter = self.crawler_adapter(model)
+        elif adapter in (None, "none", "null", ""):
+            adapter = None
+        return self._llm_from(self.cfg.llm, model, role="crawler", adapter=adapter)
 
     def selector(self):
         from scholar_agents.pasa.selector import Selector
@@ -219,7 +245,8 @@ class Resources:
         """Decide each engine's GPUs before any is built (so a bad split fails in seconds, not after the Crawler
         loaded): :func:`plan_engine_devices` over the visible GPUs."""
         selector_node = self.cfg.get("selector_llm") or self.cfg.llm
-        self._devices = plan_engine_devices(visible_gpus(), self._llm_config(self.cfg.llm, crawler_model),
+        crawler = self._llm_config(self.cfg.llm, crawler_model, self.crawler_adapter(crawler_model))
+        self._devices = plan_engine_devices(visible_gpus(), crawler,
                                             self._llm_config(selector_node) if use_selector else None)
         if self._devices["selector"] is not None:
             log.info("vLLM engines on their own GPUs: Crawler %s, Selector %s", self._devices["crawler"],
@@ -249,15 +276,25 @@ class Resources:
                 env_cfg.search_date_filter = spec.search_date_filter
         if not self._llms:  # the first agent decides where the engines go
             self.plan_devices(getattr(spec, "crawler_model", None), agent_cfg.use_selector)
-        llm = self.llm(getattr(spec, "crawler_model", None))
+        row_adapter = getattr(spec, "adapter", None)
+        model = getattr(spec, "crawler_model", None)
+        llm = self.crawler_llm(model, "preset" if row_adapter is None else row_adapter)
         env = CrawlEnv(self.store, self.search(), env_cfg, tokenizer=llm.tokenizer, fulltext=self.fulltext())
-        crawler = Crawler(llm, _structured(CrawlerConfig, self.cfg.crawler.policy))
+        policy = _structured(CrawlerConfig, self.cfg.crawler.policy)
+        if getattr(spec, "constrained", None) is not None:
+            policy.constrained = spec.constrained
+        if policy.constrained is None:  # the CPU preset: the grammar for a base model, free for the SFT adapter
+            adapter = (self.crawler_adapter(model) if row_adapter is None
+                       else None if row_adapter in ("none", "null", "") else row_adapter)
+            policy.constrained = adapter is None
+        crawler = Crawler(llm, policy)
         selector = self.selector() if agent_cfg.use_selector else None
         return PaSaAgent(env, crawler, selector, agent_cfg)
 
     def describe(self) -> dict:
         """The setting a report must state: corpus, date filter, citation source, models."""
         stats = self.store.stats()
+        adapter, why = crawler_adapter_for(self.cfg)
         env = self.cfg.crawler.env
         search_filtered = env.get("search_date_filter", True)
         date = ("none" if not env.date_filter else
@@ -274,16 +311,51 @@ class Resources:
             "expand": (f"{self.cfg.expand.kind}: sections fetched on demand into {self.cfg.papers.live_store}"
                        if self.cfg.get("expand") is not None and self.cfg.expand.kind != "store"
                        else "the store's sections"),
-            "search": f"{self.cfg.search.kind} (k={self.cfg.crawler.env.search_k} per [Search])"
+            "search": f"{self.resolved_search_kind()} (k={self.cfg.crawler.env.search_k} per [Search]; "
+                      f"{self._search_why})"
                       + (f"; dense index over the papers before {self.cfg.search.dense_before} (search.dense_before)"
                          if self.cfg.search.get("dense_before") else ""),
-            "crawler": f"{self.cfg.llm.model} ({self.cfg.llm.backend})",
+            "crawler": f"{self.cfg.llm.model} ({self.cfg.llm.backend})" + (
+                f" + LoRA adapter {adapter} ({why})" if adapter else f" (no adapter: {why})"),
             "selector": f"{(self.cfg.get('selector_llm') or self.cfg.llm).model}, threshold "
                         f"{self.cfg.selector.threshold}",
             **({"live backends": self.live_stats()} if self.live else {}),
             "crawler env": OmegaConf.to_container(self.cfg.crawler.env, resolve=True),
             "crawler policy": OmegaConf.to_container(self.cfg.crawler.policy, resolve=True),
         }
+
+
+def crawler_adapter_for(cfg: DictConfig, model: Optional[str] = None) -> tuple[Optional[str], str]:
+    """The LoRA adapter the Crawler's model gets, and why: ``llm.adapter`` when set (always applied); else
+    ``crawler.policy.adapter`` (the CPU preset: the shipped default Crawler) when the Crawler's model — ``model``
+    (an eval row's crawler_model) or ``llm.model`` — is the base the adapter was trained on (its
+    adapter_config.json ``base_model_name_or_path``); another model runs as it is (a fine-tuned checkpoint, the
+    tiny test model), with a warning."""
+    if cfg.llm.get("adapter"):
+        return str(cfg.llm.adapter), "llm.adapter"
+    adapter = cfg.crawler.policy.get("adapter")
+    if not adapter:
+        return None, "crawler.policy.adapter=null: the base model"
+    model = str(model or cfg.llm.model)
+    try:
+        base = json.loads((Path(str(adapter)) / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    except FileNotFoundError:
+        raise ValueError(f"crawler.policy.adapter={adapter}: no adapter_config.json there (a PEFT LoRA adapter "
+                         f"directory; null = the base model)") from None
+    if base and base != model and not _same_model(base, model):
+        log.warning("crawler.policy.adapter %s was trained on %s; the Crawler's model is %s: not applied", adapter,
+                    base, model)
+        return None, f"crawler.policy.adapter not applied: it was made for {base}, the Crawler's model is {model}"
+    return str(adapter), "crawler.policy.adapter"
+
+
+def _same_model(a: str, b: str) -> bool:
+    from scholar_agents.llm.factory import resolve_model_path
+
+    try:
+        return Path(resolve_model_path(a)).resolve() == Path(resolve_model_path(b)).resolve()
+    except (ValueError, FileNotFoundError):
+        return False
 
 
 def _default_cache(cfg: dict, kind: str, cache_dir: str) -> None:
@@ -323,6 +395,10 @@ def search(cfg: DictConfig) -> dict:
     agent = res.agent()
     results = agent.run(queries)
     out = output_dir(cfg)
+    setting = res.describe()
+    (out / "setting.json").write_text(json.dumps(setting, indent=1, default=str))
+    # what the agent ran with (issue 17: the search backend its Crawler's data were verified on, the adapter)
+    print(f"searched with: {setting['search']}\ncrawler: {setting['crawler']}\nselector: {setting['selector']}\n")
     payload = [r.to_dict() for r in results]
     (out / "results.json").write_text(json.dumps(payload, indent=1, ensure_ascii=False))
     tables = "\n".join(results_table(r, top=cfg.top) for r in results)

