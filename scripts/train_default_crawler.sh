@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The embedded default Crawler (issue 17 item 5): the verified-teacher SFT of SmolLM2 as a small LoRA adapter,
-# made from the bundled sample only (no network, 2 CPU cores, ~15 min), shipped in scholar_agents/assets/crawler_adapter:
+# made from the bundled sample only (no network, 2 CPU cores, ~15-25 min), shipped in
+# scholar_agents/assets/crawler_adapter:
 #
 #   bash scripts/train_default_crawler.sh > outputs/default_crawler/run.log 2>&1
 #

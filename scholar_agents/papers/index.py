@@ -301,8 +301,8 @@ def load_or_build_search(cfg: SearchConfig | DictConfig | dict | None, store, em
         log.info("search backend: %s (%s)", kind, why)
         cfg = dataclasses.replace(cfg, kind=kind)
         if kind == "hybrid" and embedder is None:
-            raise ValueError(f"{why}: hybrid search needs an embedder (resolve search=auto with resolve_kind before "
-                             "building the embedder)")
+            raise ValueError(f"{why}: hybrid search needs an embedder (resolve search=auto with resolve_kind "
+                             "before building the embedder)")
     if cfg.kind == "online":
         backend: SearchBackend = OnlineSearch(cfg.online, store)
         backend.build_info = {"online": {"status": "remote", "endpoint": cfg.online.endpoint}}  # type: ignore[attr-defined]

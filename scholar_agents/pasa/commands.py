@@ -321,7 +321,7 @@ class Resources:
                         f"{self.cfg.selector.threshold}",
             **({"live backends": self.live_stats()} if self.live else {}),
             "crawler env": OmegaConf.to_container(self.cfg.crawler.env, resolve=True),
-            "crawler policy": OmegaConf.to_container(self.cfg.crawler.policy, resolve=True),
+            "crawler policy": _resolved_policy(OmegaConf.to_container(self.cfg.crawler.policy, resolve=True), adapter),
         }
 
 
@@ -347,6 +347,14 @@ def crawler_adapter_for(cfg: DictConfig, model: Optional[str] = None) -> tuple[O
                     base, model)
         return None, f"crawler.policy.adapter not applied: it was made for {base}, the Crawler's model is {model}"
     return str(adapter), "crawler.policy.adapter"
+
+
+def _resolved_policy(policy: dict, adapter: Optional[str]) -> dict:
+    """``crawler.policy`` as the preset's Crawler runs it: ``constrained: null`` resolved (the grammar without an
+    adapter, free decoding with one)."""
+    if policy.get("constrained") is None:
+        policy["constrained"] = adapter is None
+    return policy
 
 
 def _same_model(a: str, b: str) -> bool:
