@@ -63,13 +63,7 @@ ROWS=(
   "{name: agent_sft, method: agent, crawler_model: '$OUT/crawler_sft/final', limit: $AGENT_QUERIES, label: 'Agent, SmolLM2 after crawler SFT'}"
   "{name: agent_sft_no_expand, method: agent, crawler_model: '$OUT/crawler_sft/final', expand: false, limit: $AGENT_QUERIES, label: 'Agent after SFT, w/o [Expand] (Table 5)'}"
 )
-RUN_ROWS=${RUN_ROWS:-all}   # or a comma-separated subset of the row names
-SELECTED=()
-for r in "${ROWS[@]}"; do
-  name=$(sed -E 's/^\{name: ([a-z0-9_]+),.*/\1/' <<<"$r")
-  if [ "$RUN_ROWS" = all ] || [[ ",$RUN_ROWS," == *",$name,"* ]]; then SELECTED+=("$r"); fi
-done
-ROWS_ARG="rows=[$(IFS=,; echo "${SELECTED[*]}")]"
+source scripts/_eval_rows.sh   # RUN_ROWS=<comma-separated row names> picks a subset
 scholar eval pasa papers=shared_corpus search=bm25 search.dense_before="$DENSE_BEFORE" queries.path=$DEV \
   queries.exclude_qids_file="$OUT/crawler_sft/split/train_qids.txt" queries.limit="$SEARCH_QUERIES" \
   selector_llm.model="$SELECTOR_MODEL" crawler.env.max_actions=5 crawler.env.max_sessions=4 chunk_queries=10 \

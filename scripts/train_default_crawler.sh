@@ -116,13 +116,7 @@ ROWS=(
   "{name: agent_adapter, method: agent, adapter: '$ASSET', limit: $AGENT_QUERIES, label: 'Agent, SmolLM2 + shipped adapter (free decoding: the default)'}"
   "{name: agent_adapter_constrained, method: agent, adapter: '$ASSET', constrained: true, limit: $AGENT_QUERIES, label: 'Agent, SmolLM2 + shipped adapter (constrained)'}"
 )
-RUN_ROWS=${RUN_ROWS:-all}   # or a comma-separated subset of the row names
-SELECTED=()
-for r in "${ROWS[@]}"; do
-  name=$(sed -E 's/^\{name: ([a-z0-9_]+),.*/\1/' <<<"$r")
-  if [ "$RUN_ROWS" = all ] || [[ ",$RUN_ROWS," == *",$name,"* ]]; then SELECTED+=("$r"); fi
-done
-ROWS_ARG="rows=[$(IFS=,; echo "${SELECTED[*]}")]"
+source scripts/_eval_rows.sh   # RUN_ROWS=<comma-separated row names> picks a subset
 mkdir -p "$OUT/eval_heldout"
 "$PY" -m scholar_agents eval pasa search=auto queries.path="$OUT/split/heldout_queries.jsonl" \
   crawler.env.max_actions=5 crawler.env.max_sessions=4 chunk_queries=10 resume_dir="$OUT/eval_heldout" \

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from scholar_agents.eval.pasa_metrics import norm_id
-from scholar_agents.pasa.actions import _MISCASED_RE
+from scholar_agents.pasa.actions import MISCASED_ACTION_RE
 
 USER_QUERY, KEY_PHRASE, GOLD_TITLE, GOLD_TITLE_PHRASE, LLM = (
     "user_query", "key_phrase", "gold_title", "gold_title_phrase", "llm")
@@ -147,7 +147,7 @@ def candidate_queries(user_query: str, gold_titles: Sequence[str], llm_queries: 
         q = " ".join(str(q).split())
         key = q.lower()
         # an action token inside a query cannot be written in the Table 8 grammar
-        if not q or len(q) > max_chars or key in seen or _MISCASED_RE.search(q):
+        if not q or len(q) > max_chars or key in seen or MISCASED_ACTION_RE.search(q):
             continue
         seen.add(key)
         out.append(Candidate(q, src))

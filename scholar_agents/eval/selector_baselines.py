@@ -62,9 +62,8 @@ def bm25_scores(pairs: Sequence[SelectorPair], k1: float = 1.5, b: float = 0.75)
     for p in pairs:
         if p.query not in by_query:
             [ids] = index.tokenize_queries([p.query])
-            cols = [index._columns[i] for i in ids if i in index._columns]
-            by_query[p.query] = (np.asarray(index.model.get_scores_from_ids(cols), dtype=np.float64) if cols
-                                 else np.zeros(len(docs)))
+            scores = index.scores(ids)
+            by_query[p.query] = np.zeros(len(docs)) if scores is None else np.asarray(scores, dtype=np.float64)
         out.append(float(by_query[p.query][di[paper_text(p)]]))
     return np.array(out)
 

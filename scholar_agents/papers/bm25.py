@@ -103,16 +103,20 @@ class BM25Search(SearchBackend):
     def tokenize_queries(self, queries: Sequence[str]) -> list[list[int]]:
         return self.tokenizer.tokenize(list(queries), update_vocab=False, return_as="ids", show_progress=False)
 
+    def scores(self, q_ids: Sequence[int]) -> np.ndarray | None:
+        """BM25 score of every document (date order) for one tokenised query; None when no word is indexed."""
+        cols = [self._columns[i] for i in q_ids if i in self._columns]
+        return self.model.get_scores_from_ids(cols) if cols else None
+
     def search_batch(self, queries: Sequence[str], k: int = 10,
                      before: Sequence[str | None] | str | None = None) -> list[list[Hit]]:
         dates = per_query_dates(before, len(queries))
         out = []
         for q_ids, date in zip(self.tokenize_queries(queries), dates):
-            cols = [self._columns[i] for i in q_ids if i in self._columns]
-            if not cols:  # no known word: nothing matches
+            scores = self.scores(q_ids)
+            if scores is None:  # no known word: nothing matches
                 out.append([])
                 continue
-            scores = self.model.get_scores_from_ids(cols)
             idx, sc = top_k_prefix(scores, self.docs.cutoff(date), k, positive_only=True)
             out.append([Hit(self.docs.ids[i], float(s), r) for r, (i, s) in enumerate(zip(idx, sc))])
         return out

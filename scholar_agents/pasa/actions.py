@@ -44,7 +44,7 @@ TOKEN_OF = {SEARCH: ACTION_SEARCH, EXPAND: ACTION_EXPAND, STOP: ACTION_STOP}
 ACTION_TOKENS = {**{t: k for k, t in TOKEN_OF.items()}, ACTION_STOP_SEARCH: STOP, ACTION_STOP_EXPAND: STOP}
 
 _TOKEN_RE = re.compile("|".join(re.escape(t) for t in ACTION_TOKENS))
-_MISCASED_RE = re.compile(r"\[(search|expand|stop|stopsearch|stopexpand)\]", re.IGNORECASE)
+MISCASED_ACTION_RE = re.compile(r"\[(search|expand|stop|stopsearch|stopexpand)\]", re.IGNORECASE)
 _BRACKET_WORD_RE = re.compile(r"^\s*\[[A-Za-z_ ]{1,30}\]")
 
 # Every grammar error code, in one place (reports count them by code).
@@ -133,7 +133,7 @@ def parse_response(text: str, truncated: bool = False) -> ParsedResponse:
         is_last = i + 1 == len(marks)
         if not arg:
             out.errors.append(GrammarError("empty_argument", m.start(), arg_end, text[m.start(): arg_end]))
-        elif _MISCASED_RE.search(arg):
+        elif MISCASED_ACTION_RE.search(arg):
             out.errors.append(GrammarError("miscased_action_token", m.start(), end, text[m.start(): end]))
         elif is_last and truncated:
             out.errors.append(GrammarError("truncated_action", m.start(), end, text[m.start(): end]))
@@ -153,7 +153,7 @@ def render_response(kind: str, arguments: Sequence[str]) -> str:
         a = " ".join(str(a).split())
         if not a:
             raise ValueError(f"empty {kind} argument in {list(arguments)!r}")
-        if _MISCASED_RE.search(a):
+        if MISCASED_ACTION_RE.search(a):
             raise ValueError(f"argument {a!r} contains an action token")
         parts.append(f"{TOKEN_OF[kind]} {a}")
     parts.append(ACTION_STOP)
