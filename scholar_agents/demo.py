@@ -5,7 +5,10 @@ The demo is a pipeline of the project's real commands, each run exactly as a use
 by the demo's own analysis of their outputs. Stages, their commands and overrides are listed in ``conf/demo.yaml``;
 ``stages=[index,search_bm25]`` runs a subset, ``resume_dir=<a previous demo run>`` skips the stages that finished
 there. The default pipeline: index -> search -> synthesised queries -> Selector pairs + Crawler sessions -> Selector
-SFT -> Crawler SFT -> a few PPO steps -> export -> evaluation (~20 min on 2 CPU cores). At the end it writes ``report.md`` (+ ``report.json`` and plots) and prints where they are.
+SFT -> Crawler SFT -> PPO (value warm-up) -> export -> evaluation on held-out queries (~35 min on 2 CPU cores). At
+the end it writes ``report.md`` (+ ``report.json`` and plots) and prints where they are: the held-out agent rows
+(after SFT, after PPO) beside the search-only rows with bootstrap 95 % intervals in both settings, the Selectors
+beside their zero-shot baselines, what the PPO stage did, and the wall time.
 """
 
 from __future__ import annotations
@@ -160,14 +163,92 @@ def _plot_recall(search: dict[str, dict[str, Any]], ks: list[int], path: Path) -
     plt.close(fig)
 
 
+def _selector_section(out: Path) -> list[str]:
+    """The base and the tuned Selector on the held-out pairs, beside the zero-shot baselines (issue 17 item 3)."""
+    from scholar_agents.eval.selector import scorer_table
+
+    names = ("eval_selector_base", "eval_selector_tuned")
+    found = {n: json.loads((out / n / "metrics.json").read_text())
+             for n in names if (out / n / "metrics.json").is_file()}
+    if not found:
+        return []
+    scorers = [(f"Selector: {d['meta'].get('name', n)}", d["metrics"]) for n, d in found.items()]
+    first = next(iter(found.values()))
+    labels = first["meta"].get("baseline_labels", {})
+    scorers += [(labels.get(b, b), m) for b, m in (first.get("baselines") or {}).items()]
+    n = first["metrics"].get("n")
+    verdict = ""
+    if "eval_selector_tuned" in found and first.get("baselines"):
+        tuned = found["eval_selector_tuned"]["metrics"]["auc"]
+        best_b = max(first["baselines"].items(), key=lambda kv: kv[1]["auc"])
+        verdict = (f" The tuned Selector's AUC {tuned:.3f} is **{'above' if tuned > best_b[1]['auc'] else 'below'}** "
+                   f"the best zero-shot baseline ({labels.get(best_b[0], best_b[0])}, {best_b[1]['auc']:.3f}).")
+    return ["", "## Selector on held-out pairs, beside zero-shot baselines", "",
+            f"{n} (query, paper) pairs of queries not used for Selector training.{verdict}", "",
+            *scorer_table(scorers)]
+
+
+def _ppo_note(out: Path) -> str:
+    """What the PPO stage did, read from its metrics.json (never assumed from the config)."""
+    path = out / "ppo" / "metrics.json"
+    if not path.is_file():
+        return ""
+    m = json.loads(path.read_text())
+    steps, freeze = m["train"]["steps"], m["ppo"]["policy_freeze_steps"]
+    ret = (f"session return {m['train']['session_return_first']:.3f} at step 1, "
+           f"{m['train']['session_return_last']:.3f} at step {steps}" if m["train"].get("session_return_first")
+           is not None else "")
+    if steps <= freeze:
+        return (f"**PPO stage: value warm-up only.** The policy was frozen for all {steps} steps "
+                f"(ppo.policy_freeze_steps={freeze}, PaSa §5.1's first phase): the value model learned the session "
+                f"returns ({ret}) and the policy after PPO is the SFT policy. A few CPU policy steps made the agent "
+                "worse (issue 17), so the demo does not take them; `stage_specs.ppo` takes policy steps when "
+                "ppo.policy_freeze_steps < ppo.total_steps. Training curves: ppo/training_curves.png.")
+    return (f"PPO stage: {steps - freeze} policy update steps after {freeze} value warm-up steps ({ret}). "
+            "Training curves: ppo/training_curves.png.")
+
+
+def _pasa_section(out: Path) -> list[str]:
+    """The held-out `eval pasa` rows: agents after SFT / PPO beside search-only, with intervals, both settings."""
+    from scholar_agents.eval.pasa import WHOLE_CORPUS_SUFFIX, comparisons_table, markdown_table
+
+    path = out / "eval_pasa" / "summary.json"
+    if not path.is_file():
+        return []
+    data = json.loads(path.read_text())
+    labels = {}
+    for r in data["meta"].get("rows", []):
+        labels[r["name"]] = r.get("label") or r["name"]
+        labels[r["name"] + WHOLE_CORPUS_SUFFIX] = labels[r["name"]] + " [whole corpus]"
+    lines = ["", "## PaSa on held-out queries: the agent after SFT and after PPO beside search-only", "",
+             f"Queries: {data['meta'].get('queries')}. Setting: {data['meta'].get('setting')}. Search backend: "
+             f"{data['meta'].get('search', '')}. Mean over queries with the "
+             "95 % bootstrap interval in brackets.", "", markdown_table(data["summary"], labels)]
+    if data.get("common_queries"):
+        lines += [f"On the {data['common_queries']['n']} queries every row ran (the agent rows' queries):", "",
+                  markdown_table(data["common_queries"]["summary"], labels)]
+    if data.get("comparisons"):
+        lines += ["### Crawler vs search-only, paired on the same queries (difference, 95 % bootstrap interval)", "",
+                  comparisons_table(data["comparisons"], labels)]
+    note = _ppo_note(out)
+    if note:
+        lines += [note]
+    lines += ["", "Full report: [eval_pasa/report.md](eval_pasa/report.md)."]
+    return lines
+
+
 def _write_report(out: Path, cfg: DictConfig, stages: dict[str, Any], search: dict[str, Any],
                   select: dict[str, Any] | None, ks: list[int]) -> Path:
+    total = sum(float(s.get("seconds", 0.0)) for s in stages.values())
     lines = ["# scholar-agents demo", "",
+             f"**Wall time: {total / 60:.1f} min** (the stages' own times summed over every run that made them; "
+             f"{os.cpu_count()} CPU cores here).", "",
              (f"Corpus: `{cfg.papers.name}` (bundled sample; citations for [Expand] from its full-text papers), "
              f"queries: `{Path(str(cfg.queries_file)).name}` (PaSa format), each searched **before its own date**. "
              f"Search rows and the base Selector: the first {cfg.n_queries} queries; training data (pairs, sessions, "
              f"PPO): the first {cfg.train_queries}; held-out evaluation: {cfg.eval_queries} queries from "
-             f"#{cfg.eval_offset}."), "", "## Stages", "", "| stage | command | seconds |",
+             f"#{cfg.eval_offset} (the agent rows on the first {cfg.agent_eval_queries} of them)."), "",
+             "## Stages", "", "| stage | command | seconds |",
              "|---|---|---|"]
     for name, s in stages.items():
         lines.append(f"| {name} | `{s.get('command', '(in-process)')}` | {s.get('seconds', float('nan')):.1f} |")
@@ -183,6 +264,8 @@ def _write_report(out: Path, cfg: DictConfig, stages: dict[str, Any], search: di
                   f"other hits: **{select['auc']:.3f}**; selected {select['selected']} at threshold "
                   f"{cfg.selector.threshold} (precision {select['precision']:.3f}, recall {select['recall']:.3f}); "
                   f"{select['pairs_per_second']:.1f} pairs/s.")]
+    lines += _pasa_section(out)
+    lines += _selector_section(out)
     figures = {n: s["metrics"] for n, s in stages.items() if s.get("metrics")}
     if figures:
         lines += ["", "## Pipeline figures (each from the stage's own output file)", ""]

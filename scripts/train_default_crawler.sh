@@ -102,6 +102,8 @@ Ours (not a PaSa release): imitation learning of the verified teacher (issue 17)
 """
 (asset / "README.md").write_text(card)
 (asset / "heldout_qids.txt").write_text((out / "split" / "heldout_qids.txt").read_text())
+# the training qids: an evaluation on other query sets (scripts/agent_vs_search.sh) excludes them
+(asset / "train_qids.txt").write_text((out / "split" / "train_qids.txt").read_text())
 print(f"shipped {asset}: {n_params} parameters, {(asset / 'adapter_model.safetensors').stat().st_size} bytes")
 EOF
 fi

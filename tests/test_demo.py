@@ -45,3 +45,38 @@ def test_demo_pipeline_stages_reference_each_others_outputs():
                 producer = part.split("/")[0]
                 if producer != name:
                     assert producer in stages[:i], f"{name} reads {producer}'s output before it runs"
+
+
+def test_demo_report_puts_held_out_agent_rows_beside_search_with_intervals(tmp_path, tmp_path_factory,
+                                                                           tiny_model_dir):
+    """The demo report's PaSa section is read from a real `eval pasa` run (tiny model, the sample) in the demo's
+    eval_pasa/ dir: both settings, the agent rows beside the search rows with intervals and the paired comparison;
+    the PPO note is read from the PPO stage's metrics.json and says when the policy never moved."""
+    from scholar_agents.demo import _pasa_section, _ppo_note
+    from scholar_agents.eval.pasa import pasa
+
+    run_dir = tmp_path / "demo"
+    (run_dir / "eval_pasa").mkdir(parents=True)
+    rows = ("[{name: search_bm25, method: search, search: bm25, label: 'Search-only (BM25)'}, "
+            "{name: agent_sft, method: agent, instructed_prompts: true, limit: 2, label: 'Agent after crawler SFT'}]")
+    pasa(compose("eval_pasa", [
+        f"paths.cache_dir={tmp_path_factory.getbasetemp() / 'pasa_cache'}", f"resume_dir={run_dir / 'eval_pasa'}",
+        "search=bm25", f"rows={rows}", "setting=both", "queries.offset=70", "queries.limit=3",
+        f"llm.model={tiny_model_dir}", "llm.dtype=float32", "llm.max_model_len=1024",
+        f"selector_llm.model={tiny_model_dir}", "selector_llm.dtype=float32", "selector_llm.max_model_len=1024",
+        "crawler.env.max_sessions=1", "crawler.policy.max_new_tokens=8"]))
+    text = "\n".join(_pasa_section(run_dir))
+    for needle in ("Agent after crawler SFT [whole corpus]", "Search-only (BM25) [whole corpus]",
+                   "Crawler vs search-only, paired", "Equal budget", "whole_corpus"):
+        assert needle in text, needle
+    assert text.count("| Agent after crawler SFT") >= 2  # the row table and the comparison table
+
+    (run_dir / "ppo").mkdir()
+    metrics = {"train": {"steps": 3, "session_return_first": 0.5, "session_return_last": 0.75},
+               "ppo": {"policy_freeze_steps": 3, "total_steps": 3}}
+    (run_dir / "ppo" / "metrics.json").write_text(json.dumps(metrics))
+    note = _ppo_note(run_dir)
+    assert "value warm-up only" in note and "frozen for all 3 steps" in note and "0.750 at step 3" in note
+    metrics["ppo"]["policy_freeze_steps"] = 1
+    (run_dir / "ppo" / "metrics.json").write_text(json.dumps(metrics))
+    assert _ppo_note(run_dir).startswith("PPO stage: 2 policy update steps after 1 value warm-up steps")

@@ -34,8 +34,16 @@ def test_eval_pasa_rows_report_and_resume(tmp_path, tmp_path_factory, tiny_model
     assert len(lines) == 3 and json.loads(lines[0])["row"] == "search_bm25"
     assert "fallback" in json.loads((out / "per_query" / "paraphrase_bm25.jsonl").read_text().splitlines()[0])
     report = (out / "report.md").read_text()
-    for needle in ("| Method |", "On the 2 queries every row ran", "corpus", "date filter", "citation source"):
+    for needle in ("| Method |", "On the 2 queries every row ran", "corpus", "date filter", "citation source",
+                   "percentile-bootstrap interval", "Crawler vs search-only, paired on the same queries"):
         assert needle in report
+    lo, hi = s["recall_at_100_ci"]
+    assert lo <= s["recall_at_100"] <= hi
+    assert "gold_ranks" in json.loads(lines[0])
+    comps = json.loads((out / "summary.json").read_text())["comparisons"]
+    assert {(c["crawler"], c["search"]) for c in comps} == {("agent_no_expand", "search_bm25"),
+                                                            ("agent_no_expand", "paraphrase_bm25")}
+    assert all(c["queries"] == 2 and c["equal_budget"]["n"] == 2 for c in comps)
     assert (out / "metrics.png").stat().st_size > 1000
     assert (out / "trajectories" / "agent_no_expand.jsonl").is_file()
 

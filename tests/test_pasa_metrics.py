@@ -2,6 +2,7 @@
 
 import pytest
 
+from scholar_agents.eval.bootstrap import BootstrapConfig
 from scholar_agents.eval.pasa import markdown_table, summarize
 from scholar_agents.eval.pasa_metrics import (
     agent_metrics, mean_metrics, precision, recall, recall_at_k,
@@ -49,4 +50,7 @@ def test_means_ignore_missing_metrics_and_table_shows_dashes():
     table = markdown_table(summary, {"search_bm25": "BM25"})
     line = [l for l in table.splitlines() if l.startswith("| BM25")][0]
     cells = [c.strip() for c in line.strip("|").split("|")]
-    assert cells[1] == "-" and cells[6] == "0.7500" and cells[-1] == "2"
+    # the mean with its bootstrap 95 % interval over the two queries
+    assert cells[1] == "-" and cells[6] == "0.750 (0.50–1.00)" and cells[-1] == "2"
+    no_ci = markdown_table(summarize({"search_bm25": rows}, BootstrapConfig(samples=0)), {"search_bm25": "BM25"})
+    assert "| 0.7500 |" in no_ci

@@ -38,8 +38,10 @@ from typing import Any, Callable, Optional, Sequence
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
+from scholar_agents.eval.bootstrap import BootstrapConfig, mean_ci, paired_diff
 from scholar_agents.eval.pasa_metrics import (
-    METRIC_COLUMNS, QueryMetrics, agent_metrics, mean_metrics, norm_id, ranking_metrics, recall,
+    METRIC_COLUMNS, QueryMetrics, agent_metrics, gold_ranks, mean_metrics, norm_id, ranking_metrics, recall,
+    recall_at_depth,
 )
 from scholar_agents.pasa.queries import ScholarQuery
 from scholar_agents.pasa.trajectory import write_trajectories
@@ -152,6 +154,9 @@ def search_rows(rankings: Sequence[Sequence[str]], queries: Sequence[ScholarQuer
         m = QueryMetrics(q.qid, len(set(q.gold_ids)), in_store[q.qid], n_returned=len(ranking),
                          wall_s=wall_s / max(len(queries), 1), **ranking_metrics(q.gold_ids, ranking))
         d = m.to_dict()
+        # the gold papers' ranks (and the normalised gold count): recall at the agent's own budget, after the fact
+        d["gold_ranks"] = gold_ranks(q.gold_ids, ranking)
+        d["n_gold_ids"] = len({norm_id(g) for g in q.gold_ids if str(g).strip()})
         if candidates is not None:
             d["candidates_searched"] = candidates[i]
         out.append(d)
@@ -209,11 +214,16 @@ def teacher_rows(search, queries: Sequence[ScholarQuery], befores: Sequence[Opti
 # the report
 
 
-def summarize(rows_by_name: dict[str, list[dict]]) -> dict[str, dict]:
+def summarize(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = BootstrapConfig()) -> dict[str, dict]:
+    """Means over queries, each metric with its bootstrap interval (``<metric>_ci``)."""
     keys = (*METRIC_COLUMNS, "actions", "sessions", "gen_tokens", "wall_s", "n_queue", "n_returned")
     out = {}
     for name, rows in rows_by_name.items():
         s = mean_metrics(rows, keys)
+        for m in (*METRIC_COLUMNS, "actions", "n_queue"):
+            if s.get(m) is not None:
+                ci = mean_ci([r.get(m) for r in rows], boot)
+                s[f"{m}_ci"] = list(ci) if ci else None
         s["queries"] = len(rows)
         errs: dict[str, int] = {}
         for r in rows:
@@ -233,6 +243,84 @@ def _fmt(v: Optional[float], digits: int = 4) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def _fmt_ci(s: dict, m: str) -> str:
+    """``0.542 (0.41–0.66)``: the mean and its bootstrap interval, when there is one."""
+    ci = s.get(f"{m}_ci")
+    if s.get(m) is None or not ci:
+        return _fmt(s.get(m))
+    return f"{s[m]:.3f} ({ci[0]:.2f}–{ci[1]:.2f})"
+
+
+def setting_of(name: str) -> str:
+    return "whole_corpus" if name.endswith(WHOLE_CORPUS_SUFFIX) else "date_filtered"
+
+
+def comparisons(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = BootstrapConfig(),
+                k: int = 20) -> list[dict]:
+    """Each crawling row (agent or verified teacher) against each search-only row of the same setting, paired over
+    the queries both ran, with the bootstrap interval of the difference:
+
+    - ``crawler_recall`` vs the search's recall@k (PaSa Table 2's comparison: the agent at <= max_actions);
+    - the agent's recall@k (its queue ranked by the Selector) vs the search's recall@k;
+    - **equal budget**: ``crawler_recall`` vs the search's recall at the agent's own queue size for that query
+      (the search ranking is retrieved to max(ks); a deeper queue counts as ``capped``, the search side is then a
+      lower bound).
+    """
+    crawling = {n: rs for n, rs in rows_by_name.items() if rs and all(r.get("crawler_recall") is not None for r in rs)}
+    searches = {n: rs for n, rs in rows_by_name.items() if rs and all("gold_ranks" in r for r in rs)}
+    out = []
+    for a_name, a_rows in crawling.items():
+        for s_name, s_rows in searches.items():
+            if setting_of(a_name) != setting_of(s_name):
+                continue
+            by_qid = {r["qid"]: r for r in s_rows}
+            pairs = [(a, by_qid[a["qid"]]) for a in a_rows if a["qid"] in by_qid]
+            if not pairs:
+                continue
+            budget = [recall_at_depth(s["gold_ranks"], s["n_gold_ids"], int(a.get("n_queue") or 0))
+                      for a, s in pairs]
+            capped = sum(1 for a, s in pairs if (a.get("n_queue") or 0) > (s.get("n_returned") or 0))
+            row = {
+                "crawler": a_name, "search": s_name, "setting": setting_of(a_name), "queries": len(pairs),
+                "actions_mean": sum(a.get("actions") or 0 for a, _ in pairs) / len(pairs),
+                "max_actions": max(a.get("actions") or 0 for a, _ in pairs),
+                "queue_mean": sum(a.get("n_queue") or 0 for a, _ in pairs) / len(pairs),
+                "crawler_recall_vs_recall_at_k": paired_diff(
+                    [a["crawler_recall"] for a, _ in pairs], [s[f"recall_at_{k}"] for _, s in pairs], boot).to_dict(),
+                "equal_budget": paired_diff([a["crawler_recall"] for a, _ in pairs], budget, boot).to_dict(),
+                "budget_capped_queries": capped, "k": k,
+            }
+            if all(a.get(f"recall_at_{k}") is not None for a, _ in pairs):
+                row["recall_at_k_vs_recall_at_k"] = paired_diff(
+                    [a[f"recall_at_{k}"] for a, _ in pairs], [s[f"recall_at_{k}"] for _, s in pairs], boot).to_dict()
+            out.append(row)
+    return out
+
+
+def _fmt_diff(d: Optional[dict]) -> str:
+    if not d:
+        return "-"
+    ci = d.get("ci")
+    rng = f" ({ci[0]:+.3f} to {ci[1]:+.3f})" if ci else ""
+    return f"{d['mean_a']:.3f} vs {d['mean_b']:.3f}: **{d['diff']:+.3f}**{rng}, {d['verdict']}"
+
+
+def comparisons_table(comps: Sequence[dict], labels: dict[str, str]) -> str:
+    if not comps:
+        return ""
+    k = comps[0]["k"]
+    lines = [f"| Crawler row | Search row | Queries | Actions (mean / max) | Queue (mean) | Crawler recall vs search "
+             f"recall@{k} | Agent recall@{k} vs search recall@{k} | **Equal budget**: crawler recall vs search "
+             f"recall at the same queue size |", "|---|---|---:|---:|---:|---|---|---|"]
+    for c in comps:
+        capped = f" ({c['budget_capped_queries']} queries capped)" if c["budget_capped_queries"] else ""
+        lines.append(f"| {labels.get(c['crawler'], c['crawler'])} | {labels.get(c['search'], c['search'])} | "
+                     f"{c['queries']} | {c['actions_mean']:.1f} / {c['max_actions']} | {c['queue_mean']:.1f} | "
+                     f"{_fmt_diff(c['crawler_recall_vs_recall_at_k'])} | "
+                     f"{_fmt_diff(c.get('recall_at_k_vs_recall_at_k'))} | {_fmt_diff(c['equal_budget'])}{capped} |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown_table(summary: dict[str, dict], labels: dict[str, str]) -> str:
     cols = ["Method", "Crawler Recall", "Precision", "Recall", "Recall@100", "Recall@50", "Recall@20",
             "Actions", "Wall s/query", "Queries"]
@@ -242,7 +330,7 @@ def markdown_table(summary: dict[str, dict], labels: dict[str, str]) -> str:
         cols.insert(-1, "Candidates searched (mean / median)")
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] + ["---:"] * (len(cols) - 1)) + "|"]
     for name, s in summary.items():
-        cells = [labels.get(name, name)] + [_fmt(s.get(m)) for m in METRIC_COLUMNS]
+        cells = [labels.get(name, name)] + [_fmt_ci(s, m) for m in METRIC_COLUMNS]
         cells += [_fmt(s.get("actions"), 1), _fmt(s.get("wall_s"), 2)]
         if with_cands:
             mean, median = s.get("candidates_searched_mean"), s.get("candidates_searched_median")
@@ -253,11 +341,21 @@ def markdown_table(summary: dict[str, dict], labels: dict[str, str]) -> str:
 
 
 def write_report(out: Path, summary: dict[str, dict], labels: dict[str, str], meta: dict,
-                 common: Optional[tuple[int, dict[str, dict]]] = None) -> str:
-    text = ["# PaSa evaluation", "", markdown_table(summary, labels)]
+                 common: Optional[tuple[int, dict[str, dict]]] = None, comps: Sequence[dict] = (),
+                 boot: BootstrapConfig = BootstrapConfig()) -> str:
+    level = f"{boot.level:.0%}"
+    text = ["# PaSa evaluation", "",
+            f"Mean over queries, with the {level} percentile-bootstrap interval of the mean in brackets "
+            f"({boot.samples} resamples of the queries, seed {boot.seed})." if boot.samples else "", "",
+            markdown_table(summary, labels)]
     if common is not None:
         n, common_summary = common
         text += [f"On the {n} queries every row ran:", "", markdown_table(common_summary, labels)]
+    if comps:
+        text += ["## Crawler vs search-only, paired on the same queries", "",
+                 f"Difference of the means, with the {level} bootstrap interval of the paired difference; "
+                 "*above* / *below* when the interval excludes 0. Equal budget = the search ranking cut, per query, "
+                 "at the number of papers the crawler put in its queue.", "", comparisons_table(comps, labels)]
     text += ["## Setting", ""]
     for k, v in meta.items():
         text.append(f"- **{k}**: {v if not isinstance(v, (dict, list)) else json.dumps(v)}")
@@ -340,6 +438,7 @@ def pasa(cfg: DictConfig) -> dict:
     res = Resources(cfg)
     in_store = gold_in_store(queries, res.store)
     count_candidates = CandidateCounter(res.store, bool(cfg.search.get("keep_undated", True)))
+    boot = BootstrapConfig(**(OmegaConf.to_container(cfg.bootstrap, resolve=True) if cfg.get("bootstrap") else {}))
     t_start = time.time()
 
     def run_chunk(spec: RowSpec, chunk: list[ScholarQuery]) -> tuple[list[dict], Any]:
@@ -373,11 +472,12 @@ def pasa(cfg: DictConfig) -> dict:
         return agent_rows(results, chunk, in_store, candidates), trajs
 
     rows = run_rows(specs, queries, out, run_chunk, cfg.chunk_queries, progress=True)
-    summary = summarize(rows)
+    summary = summarize(rows, boot)
     common = None
     if len({len(r) for r in rows.values()}) > 1:  # rows ran on different numbers of queries: compare like with like
         shared = set.intersection(*({r["qid"] for r in rs} for rs in rows.values()))
-        common = (len(shared), summarize({n: [r for r in rs if r["qid"] in shared] for n, rs in rows.items()}))
+        common = (len(shared), summarize({n: [r for r in rs if r["qid"] in shared] for n, rs in rows.items()}, boot))
+    comps = comparisons(rows, boot, k=min(cfg.ks))
     labels = {s.name: s.label or s.name for s in specs}
     meta = {
         "queries": f"{cfg.queries.path} ({len(queries)} queries with gold papers; offset {cfg.queries.offset}, "
@@ -389,10 +489,10 @@ def pasa(cfg: DictConfig) -> dict:
         "rows": [OmegaConf.to_container(r, resolve=True) if isinstance(r, DictConfig) else r for r in cfg.rows],
         "wall time (s)": round(time.time() - t_start, 1),
     }
-    md = write_report(out, summary, labels, meta, common)
+    md = write_report(out, summary, labels, meta, common, comps, boot)
     (out / "summary.json").write_text(json.dumps(
-        {"summary": summary, "common_queries": common and {"n": common[0], "summary": common[1]}, "meta": meta},
-        indent=2, default=str))
+        {"summary": summary, "common_queries": common and {"n": common[0], "summary": common[1]},
+         "comparisons": comps, "meta": meta}, indent=2, default=str))
     metrics_bars({labels[n]: s for n, s in summary.items()}, out / "metrics.png")
     pts = {labels[n]: [(r["actions"], r["crawler_recall"]) for r in rs if r.get("actions") is not None]
            for n, rs in rows.items()}

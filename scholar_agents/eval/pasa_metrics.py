@@ -70,6 +70,19 @@ class QueryMetrics:
         return asdict(self)
 
 
+def gold_ranks(gold: Iterable[str], ranking: Sequence[str]) -> list[int]:
+    """The 1-based ranks at which the gold papers appear in a ranking: recall at any depth k <= len(ranking) is
+    ``sum(r <= k) / len(gold)``, so a report can compare a search at the agent's own budget after the fact."""
+    g = _gold(gold)
+    return [i + 1 for i, p in enumerate(ranking) if norm_id(p) in g]
+
+
+def recall_at_depth(ranks: Sequence[int], n_gold: int, k: int) -> float:
+    if n_gold < 1:
+        raise ValueError("recall of a query without gold papers is undefined")
+    return sum(r <= k for r in ranks) / n_gold
+
+
 def ranking_metrics(gold: Sequence[str], ranking: Sequence[str], ks: Sequence[int] = RECALL_KS) -> dict[str, float]:
     return {f"recall_at_{k}": recall_at_k(gold, ranking, k) for k in ks}
 

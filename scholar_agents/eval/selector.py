@@ -18,7 +18,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
@@ -128,14 +128,19 @@ def evaluate_scores(labels: np.ndarray, scores: np.ndarray, threshold: float, n_
     }
 
 
-def baselines_table(name: str, m: dict, baselines: dict[str, dict], labels: dict[str, str]) -> list[str]:
-    """The Selector and the zero-shot baselines on the same pairs: AUC, best F1 (threshold), F1 at 0.5."""
+def scorer_table(scorers: Sequence[tuple[str, dict]]) -> list[str]:
+    """Scorers of the same pairs (Selectors, zero-shot baselines): AUC, best F1 (threshold), F1 at 0.5."""
     rows = ["| scorer | AUC | best F1 (threshold) | F1 at 0.5 | precision at 0.5 | recall at 0.5 |",
             "|---|---|---|---|---|---|"]
-    for label, x in [(f"Selector: {name}", m)] + [(labels.get(b, b), bm) for b, bm in baselines.items()]:
+    for label, x in scorers:
         rows.append(f"| {label} | {x['auc']:.3f} | {x['best_f1']:.3f} ({x['best_f1_threshold']:.3f}) | {x['f1']:.3f} "
                     f"| {x['precision']:.3f} | {x['recall']:.3f} |")
     return rows
+
+
+def baselines_table(name: str, m: dict, baselines: dict[str, dict], labels: dict[str, str]) -> list[str]:
+    """The Selector and the zero-shot baselines on the same pairs."""
+    return scorer_table([(f"Selector: {name}", m)] + [(labels.get(b, b), bm) for b, bm in baselines.items()])
 
 
 def markdown_report(name: str, m: dict, meta: dict, baselines: Optional[dict[str, dict]] = None) -> str:
