@@ -11,6 +11,10 @@
 # 2. PaSa Table 6's sweep ppo.alpha=0.5,1.0,1.5,2.0 (Hydra multirun), $SWEEP_STEPS steps of $SWEEP_QUERIES_PER_STEP
 #    queries each (same pool), + `sweep report`;
 # 3. bench/ppo.py's time split of the training run's steps.
+# CRAWLER=default: PPO from the embedded default Crawler (SmolLM2 + the shipped verified-teacher adapter, merged once
+# into a plain checkpoint in the model cache; issue 17), its 70 training qids kept out of both query pools. Export
+# the result with `scholar train export export.source=$OUT/main` and evaluate it beside the SFT policy with
+# scripts/agent_vs_search.sh AGENT_ROWS="{name: agent_ppo, method: agent, crawler_model: <export dir>, ...}".
 # Re-running resumes: each PPO run continues from the newest checkpoint in its run dir; a finished sweep (its report
 # exists) is not run again.
 set -euo pipefail
@@ -26,19 +30,31 @@ EVAL_QUERIES=${EVAL_QUERIES:-20}
 PPO_EXTRA=${PPO_EXTRA:-}
 PARTS=${PARTS:-"main sweep bench"}   # run a subset, e.g. PARTS=sweep (the parts are independent once main has a policy)
 DEV=../shared/data/queries/autoscholarquery_dev.jsonl
+PY=${PY:-python}
+if [ "$CRAWLER" = default ]; then
+  ADAPTER=scholar_agents/assets/crawler_adapter
+  POLICY=$("$PY" -c "import sys; from scholar_agents.llm.adapters import merged_checkpoint; \
+from scholar_agents.llm.embedded import smollm2_path; print(merged_checkpoint(str(smollm2_path()), sys.argv[1]))" "$ADAPTER" | tail -n 1)  # last line: libraries log to stdout
+  EXCLUDE=$ADAPTER/train_qids.txt
+else
+  POLICY=$CRAWLER/final
+  EXCLUDE=$CRAWLER/split/train_qids.txt
+fi
+echo "[ppo_learning.sh] policy: $POLICY (training qids kept out: $EXCLUDE)" >&2
 export WANDB_MODE=${WANDB_MODE:-offline} TOKENIZERS_PARALLELISM=false
 mkdir -p "$OUT"
 
-COMMON=(papers=shared_corpus search=bm25 ppo=cpu_smollm2 ppo.policy_model="$CRAWLER/final"
+COMMON=(papers=shared_corpus search=bm25 ppo=cpu_smollm2 ppo.policy_model="$POLICY"
   selector_llm.model="$SELECTOR_MODEL"
   queries.train.path=$DEV queries.train.offset=300 queries.train.limit="$TRAIN_QUERIES"
+  queries.train.exclude_qids_file="$EXCLUDE"
   queries.eval.path=$DEV queries.eval.offset=0 queries.eval.limit="$EVAL_QUERIES"
-  queries.eval.exclude_qids_file="$CRAWLER/split/train_qids.txt"
+  queries.eval.exclude_qids_file="$EXCLUDE"
   crawler.env.max_actions=5 crawler.env.max_sessions=4)
 
 # 1. the training run
-if [[ " $PARTS " == *" main "* || " $PARTS " == *" sweep "* ]] && [ ! -f "$CRAWLER/final/config.json" ]; then
-  echo "no crawler-SFT policy in $CRAWLER/final: run scripts/crawler_learning.sh first (or set CRAWLER=)" >&2
+if [[ " $PARTS " == *" main "* || " $PARTS " == *" sweep "* ]] && [ ! -f "$POLICY/config.json" ]; then
+  echo "no crawler-SFT policy in $POLICY: run scripts/crawler_learning.sh first (or set CRAWLER=)" >&2
   exit 2
 fi
 if [[ " $PARTS " == *" main "* ]]; then

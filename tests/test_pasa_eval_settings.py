@@ -70,3 +70,5 @@ def test_eval_pasa_both_settings_side_by_side(tmp_path, tmp_path_factory):
     report = (out / "report.md").read_text()
     assert "Candidates searched (mean / median)" in report and "[whole corpus]" in report
     assert "whole_corpus = ours" in report
+    # the date-filter line says how each setting's rows searched, not only what crawler.env says
+    assert "<row>@whole_corpus rows: search over the whole corpus; expansion before the query date" in report

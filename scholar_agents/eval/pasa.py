@@ -386,6 +386,17 @@ def _read_done(path: Path) -> dict[str, dict]:
     return done
 
 
+def _date_filter_of(settings: Sequence[str], env_text: Optional[str]) -> dict[str, str]:
+    """The report's "date filter" line as the rows ran it: the setting decides the search side, not the env's
+    ``search_date_filter`` (expansion follows ``date_filter_expand`` either way)."""
+    if list(settings) == ["date_filtered"] or env_text is None:
+        return {}
+    whole = "search over the whole corpus; expansion before the query date"
+    if list(settings) == ["whole_corpus"]:
+        return {"date filter": whole + " (setting=whole_corpus)"}
+    return {"date filter": f"date_filtered rows: {env_text}; <row>@whole_corpus rows: {whole}"}
+
+
 def run_rows(specs: Sequence[RowSpec], queries: Sequence[ScholarQuery], out: Path,
              run_chunk: Callable[[RowSpec, list[ScholarQuery]], tuple[list[dict], Any]], chunk_size: int,
              progress: bool = True) -> dict[str, list[dict]]:
@@ -482,9 +493,10 @@ def pasa(cfg: DictConfig) -> dict:
     meta = {
         "queries": f"{cfg.queries.path} ({len(queries)} queries with gold papers; offset {cfg.queries.offset}, "
                    f"limit {cfg.queries.limit})",
-        **res.describe(),
+        **(desc := res.describe()),
         "setting": ", ".join(settings) + " (date_filtered = PaSa §5.1: search before the query date; whole_corpus "
                    "= ours: search over the whole corpus, expansion still date-filtered)",
+        **_date_filter_of(settings, desc.get("date filter")),
         "gold papers in the corpus": f"{sum(in_store.values())} of {sum(len(set(q.gold_ids)) for q in queries)}",
         "rows": [OmegaConf.to_container(r, resolve=True) if isinstance(r, DictConfig) else r for r in cfg.rows],
         "wall time (s)": round(time.time() - t_start, 1),
