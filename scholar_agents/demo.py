@@ -210,7 +210,9 @@ def _ppo_note(out: Path) -> str:
 
 def _pasa_section(out: Path) -> list[str]:
     """The held-out `eval pasa` rows: agents after SFT / PPO beside search-only, with intervals, both settings."""
-    from scholar_agents.eval.pasa import WHOLE_CORPUS_SUFFIX, comparisons_table, markdown_table
+    from scholar_agents.eval.pasa import (
+        WHOLE_CORPUS_SUFFIX, comparisons_table, crawler_pairs_table, markdown_table,
+    )
 
     path = out / "eval_pasa" / "summary.json"
     if not path.is_file():
@@ -230,6 +232,9 @@ def _pasa_section(out: Path) -> list[str]:
     if data.get("comparisons"):
         lines += ["### Crawler vs search-only, paired on the same queries (difference, 95 % bootstrap interval)", "",
                   comparisons_table(data["comparisons"], labels)]
+    if data.get("crawler_pairs"):
+        lines += ["### Crawler rows against each other (e.g. after PPO minus after SFT)", "",
+                  crawler_pairs_table(data["crawler_pairs"], labels)]
     note = _ppo_note(out)
     if note:
         lines += [note]

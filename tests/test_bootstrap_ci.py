@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from scholar_agents.eval.bootstrap import BootstrapConfig, mean_ci, paired_diff
-from scholar_agents.eval.pasa import comparisons, comparisons_table, summarize
+from scholar_agents.eval.pasa import (
+    comparisons, comparisons_table, crawler_pairs, crawler_pairs_table, summarize,
+)
 from scholar_agents.eval.pasa_metrics import gold_ranks, recall_at_depth
 
 
@@ -74,3 +76,17 @@ def test_summary_carries_an_interval_per_metric():
     lo, hi = s["recall_at_20_ci"]
     assert lo < 0.5 < hi and s["recall_at_50_ci"] == [1.0, 1.0]
     assert "crawler_recall_ci" not in s
+
+
+def test_crawler_rows_are_paired_against_each_other_within_a_setting():
+    sft = [{"qid": f"q{i}", "crawler_recall": 0.5} for i in range(8)]
+    ppo = [{"qid": f"q{i}", "crawler_recall": 0.5 + (0.5 if i < 2 else 0.0)} for i in range(8)]
+    search = [{"qid": f"q{i}", "recall_at_20": 0.5, "gold_ranks": [1], "n_gold_ids": 2} for i in range(8)]
+    pairs = crawler_pairs({"agent_sft": sft, "search": search, "agent_ppo": ppo,
+                           "agent_sft@whole_corpus": sft, "agent_ppo@whole_corpus": sft[:4]})
+    assert [(p["row"], p["minus"], p["queries"]) for p in pairs] == [
+        ("agent_ppo", "agent_sft", 8), ("agent_ppo@whole_corpus", "agent_sft@whole_corpus", 4)]
+    d = pairs[0]["crawler_recall"]
+    assert d["diff"] == pytest.approx(0.125) and d["ci"][0] >= 0
+    table = crawler_pairs_table(pairs, {"agent_ppo": "PPO", "agent_sft": "SFT"})
+    assert "| PPO | SFT | 8 | 0.625 vs 0.500: **+0.125**" in table

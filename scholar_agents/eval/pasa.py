@@ -297,6 +297,35 @@ def comparisons(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = Boo
     return out
 
 
+def crawler_pairs(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = BootstrapConfig()) -> list[dict]:
+    """Crawling rows against each other in the same setting (a later row minus an earlier one, e.g. after PPO
+    minus after SFT): the paired difference of crawler recall on the queries both ran."""
+    crawling = [n for n, rs in rows_by_name.items() if rs and all(r.get("crawler_recall") is not None for r in rs)]
+    out = []
+    for i, a_name in enumerate(crawling):
+        for b_name in crawling[:i]:
+            if setting_of(a_name) != setting_of(b_name):
+                continue
+            by_qid = {r["qid"]: r for r in rows_by_name[b_name]}
+            pairs = [(a, by_qid[a["qid"]]) for a in rows_by_name[a_name] if a["qid"] in by_qid]
+            if pairs:
+                out.append({"row": a_name, "minus": b_name, "setting": setting_of(a_name), "queries": len(pairs),
+                            "crawler_recall": paired_diff([a["crawler_recall"] for a, _ in pairs],
+                                                          [b["crawler_recall"] for _, b in pairs], boot).to_dict()})
+    return out
+
+
+def crawler_pairs_table(pairs: Sequence[dict], labels: dict[str, str]) -> str:
+    if not pairs:
+        return ""
+    lines = ["| Row | minus row | Queries | Crawler recall: row vs minus row, difference (interval) |",
+             "|---|---|---:|---|"]
+    for c in pairs:
+        lines.append(f"| {labels.get(c['row'], c['row'])} | {labels.get(c['minus'], c['minus'])} | {c['queries']} | "
+                     f"{_fmt_diff(c['crawler_recall'])} |")
+    return "\n".join(lines) + "\n"
+
+
 def _fmt_diff(d: Optional[dict]) -> str:
     if not d:
         return "-"
@@ -342,7 +371,7 @@ def markdown_table(summary: dict[str, dict], labels: dict[str, str]) -> str:
 
 def write_report(out: Path, summary: dict[str, dict], labels: dict[str, str], meta: dict,
                  common: Optional[tuple[int, dict[str, dict]]] = None, comps: Sequence[dict] = (),
-                 boot: BootstrapConfig = BootstrapConfig()) -> str:
+                 boot: BootstrapConfig = BootstrapConfig(), cpairs: Sequence[dict] = ()) -> str:
     level = f"{boot.level:.0%}"
     text = ["# PaSa evaluation", "",
             f"Mean over queries, with the {level} percentile-bootstrap interval of the mean in brackets "
@@ -356,6 +385,9 @@ def write_report(out: Path, summary: dict[str, dict], labels: dict[str, str], me
                  f"Difference of the means, with the {level} bootstrap interval of the paired difference; "
                  "*above* / *below* when the interval excludes 0. Equal budget = the search ranking cut, per query, "
                  "at the number of papers the crawler put in its queue.", "", comparisons_table(comps, labels)]
+    if cpairs:
+        text += ["## Crawler rows against each other, paired on the same queries", "",
+                 crawler_pairs_table(cpairs, labels)]
     text += ["## Setting", ""]
     for k, v in meta.items():
         text.append(f"- **{k}**: {v if not isinstance(v, (dict, list)) else json.dumps(v)}")
@@ -489,6 +521,7 @@ def pasa(cfg: DictConfig) -> dict:
         shared = set.intersection(*({r["qid"] for r in rs} for rs in rows.values()))
         common = (len(shared), summarize({n: [r for r in rs if r["qid"] in shared] for n, rs in rows.items()}, boot))
     comps = comparisons(rows, boot, k=min(cfg.ks))
+    cpairs = crawler_pairs(rows, boot)
     labels = {s.name: s.label or s.name for s in specs}
     meta = {
         "queries": f"{cfg.queries.path} ({len(queries)} queries with gold papers; offset {cfg.queries.offset}, "
@@ -501,10 +534,10 @@ def pasa(cfg: DictConfig) -> dict:
         "rows": [OmegaConf.to_container(r, resolve=True) if isinstance(r, DictConfig) else r for r in cfg.rows],
         "wall time (s)": round(time.time() - t_start, 1),
     }
-    md = write_report(out, summary, labels, meta, common, comps, boot)
+    md = write_report(out, summary, labels, meta, common, comps, boot, cpairs)
     (out / "summary.json").write_text(json.dumps(
         {"summary": summary, "common_queries": common and {"n": common[0], "summary": common[1]},
-         "comparisons": comps, "meta": meta}, indent=2, default=str))
+         "comparisons": comps, "crawler_pairs": cpairs, "meta": meta}, indent=2, default=str))
     metrics_bars({labels[n]: s for n, s in summary.items()}, out / "metrics.png")
     pts = {labels[n]: [(r["actions"], r["crawler_recall"]) for r in rs if r.get("actions") is not None]
            for n, rs in rows.items()}
