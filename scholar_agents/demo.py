@@ -7,8 +7,8 @@ by the demo's own analysis of their outputs. Stages, their commands and override
 there. The default pipeline: index -> search -> synthesised queries -> Selector pairs + Crawler sessions -> Selector
 SFT -> Crawler SFT -> PPO (value warm-up) -> export -> evaluation on held-out queries (65.6 min measured on 2 CPU
 cores shared with other jobs). At the end it writes ``report.md`` (+ ``report.json`` and plots) and prints where
-they are: the held-out agent rows (after SFT, after PPO) beside the search-only rows with bootstrap 95 % intervals in both settings, the Selectors
-beside their zero-shot baselines, what the PPO stage did, and the wall time.
+they are: the held-out agent rows (after SFT, after PPO) beside the search-only rows with bootstrap 95 % intervals in
+both settings, the Selectors beside their zero-shot baselines, what the PPO stage did, and the wall time.
 """
 
 from __future__ import annotations
