@@ -53,9 +53,8 @@ def test_equal_budget_cuts_the_search_at_the_crawlers_queue_size():
     agent = [{"qid": f"q{i}", "crawler_recall": 1.0, "n_queue": 40, "actions": 3, "recall_at_20": 0.5}
              for i in range(10)]
     small = [{**a, "n_queue": 10, "crawler_recall": 0.5} for a in agent]  # a 10-paper queue vs search@10 = 0.5
-    whole = [{**s, "qid": s["qid"]} for s in search]
     comps = comparisons({"search_bm25": search, "agent": agent, "agent_small": small,
-                         "search_bm25@whole_corpus": whole})
+                         "search_bm25@whole_corpus": search})
     by = {(c["crawler"], c["search"]): c for c in comps}
     assert set(by) == {("agent", "search_bm25"), ("agent_small", "search_bm25")}  # settings are never mixed
     c = by[("agent", "search_bm25")]

@@ -40,8 +40,8 @@ from tqdm.auto import tqdm
 
 from scholar_agents.eval.bootstrap import BootstrapConfig, mean_ci, paired_diff
 from scholar_agents.eval.pasa_metrics import (
-    METRIC_COLUMNS, QueryMetrics, agent_metrics, gold_ranks, mean_metrics, norm_id, ranking_metrics, recall,
-    recall_at_depth,
+    METRIC_COLUMNS, QueryMetrics, agent_metrics, gold_count, gold_ranks, mean_metrics, norm_id, ranking_metrics,
+    recall, recall_at_depth,
 )
 from scholar_agents.pasa.queries import ScholarQuery
 from scholar_agents.pasa.trajectory import write_trajectories
@@ -156,7 +156,7 @@ def search_rows(rankings: Sequence[Sequence[str]], queries: Sequence[ScholarQuer
         d = m.to_dict()
         # the gold papers' ranks (and the normalised gold count): recall at the agent's own budget, after the fact
         d["gold_ranks"] = gold_ranks(q.gold_ids, ranking)
-        d["n_gold_ids"] = len({norm_id(g) for g in q.gold_ids if str(g).strip()})
+        d["n_gold_ids"] = gold_count(q.gold_ids)
         if candidates is not None:
             d["candidates_searched"] = candidates[i]
         out.append(d)
@@ -255,6 +255,17 @@ def setting_of(name: str) -> str:
     return "whole_corpus" if name.endswith(WHOLE_CORPUS_SUFFIX) else "date_filtered"
 
 
+def _crawling_rows(rows_by_name: dict[str, list[dict]]) -> list[str]:
+    """Rows whose every query has a crawler recall (agents, the verified teacher)."""
+    return [n for n, rs in rows_by_name.items() if rs and all(r.get("crawler_recall") is not None for r in rs)]
+
+
+def _paired(a_rows: list[dict], b_rows: list[dict]) -> list[tuple[dict, dict]]:
+    """(a, b) per query both rows ran, in a's order."""
+    by_qid = {r["qid"]: r for r in b_rows}
+    return [(a, by_qid[a["qid"]]) for a in a_rows if a["qid"] in by_qid]
+
+
 def comparisons(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = BootstrapConfig(),
                 k: int = 20) -> list[dict]:
     """Each crawling row (agent or verified teacher) against each search-only row of the same setting, paired over
@@ -266,15 +277,13 @@ def comparisons(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = Boo
       (the search ranking is retrieved to max(ks); a deeper queue counts as ``capped``, the search side is then a
       lower bound).
     """
-    crawling = {n: rs for n, rs in rows_by_name.items() if rs and all(r.get("crawler_recall") is not None for r in rs)}
-    searches = {n: rs for n, rs in rows_by_name.items() if rs and all("gold_ranks" in r for r in rs)}
+    searches = [n for n, rs in rows_by_name.items() if rs and all("gold_ranks" in r for r in rs)]
     out = []
-    for a_name, a_rows in crawling.items():
-        for s_name, s_rows in searches.items():
+    for a_name in _crawling_rows(rows_by_name):
+        for s_name in searches:
             if setting_of(a_name) != setting_of(s_name):
                 continue
-            by_qid = {r["qid"]: r for r in s_rows}
-            pairs = [(a, by_qid[a["qid"]]) for a in a_rows if a["qid"] in by_qid]
+            pairs = _paired(rows_by_name[a_name], rows_by_name[s_name])
             if not pairs:
                 continue
             budget = [recall_at_depth(s["gold_ranks"], s["n_gold_ids"], int(a.get("n_queue") or 0))
@@ -300,14 +309,13 @@ def comparisons(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = Boo
 def crawler_pairs(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = BootstrapConfig()) -> list[dict]:
     """Crawling rows against each other in the same setting (a later row minus an earlier one, e.g. after PPO
     minus after SFT): the paired difference of crawler recall on the queries both ran."""
-    crawling = [n for n, rs in rows_by_name.items() if rs and all(r.get("crawler_recall") is not None for r in rs)]
+    crawling = _crawling_rows(rows_by_name)
     out = []
     for i, a_name in enumerate(crawling):
         for b_name in crawling[:i]:
             if setting_of(a_name) != setting_of(b_name):
                 continue
-            by_qid = {r["qid"]: r for r in rows_by_name[b_name]}
-            pairs = [(a, by_qid[a["qid"]]) for a in rows_by_name[a_name] if a["qid"] in by_qid]
+            pairs = _paired(rows_by_name[a_name], rows_by_name[b_name])
             if pairs:
                 out.append({"row": a_name, "minus": b_name, "setting": setting_of(a_name), "queries": len(pairs),
                             "crawler_recall": paired_diff([a["crawler_recall"] for a, _ in pairs],

@@ -77,6 +77,11 @@ def gold_ranks(gold: Iterable[str], ranking: Sequence[str]) -> list[int]:
     return [i + 1 for i, p in enumerate(ranking) if norm_id(p) in g]
 
 
+def gold_count(gold: Iterable[str]) -> int:
+    """The number of distinct gold papers (version suffixes dropped): the denominator of every recall here."""
+    return len(_gold(gold))
+
+
 def recall_at_depth(ranks: Sequence[int], n_gold: int, k: int) -> float:
     if n_gold < 1:
         raise ValueError("recall of a query without gold papers is undefined")
