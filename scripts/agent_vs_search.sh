@@ -12,8 +12,9 @@
 #   the adapter's data were verified on). The dense index covers the papers before $DENSE_BEFORE (the latest dev
 #   query date): exact for these searches, ~9.5k papers to encode instead of 99k;
 # - whole_corpus (ours): search over all 99k papers, expansion still date-filtered. A whole-corpus dense index
-#   needs every paper encoded (measured 16 papers/s with MiniLM on 2 cores: ~100 min), so this setting searches with
-#   BM25 unless DENSE_WHOLE=1 (then dense + hybrid rows too, and the agent on hybrid).
+#   needs every paper encoded (measured 16-19 papers/s with MiniLM on 2 cores: 80-100 min, resumable), so this
+#   setting searches with BM25 (report: $OUT/whole_corpus) unless DENSE_WHOLE=1: then dense + hybrid rows too, and
+#   the teacher and the agent on hybrid (report: $OUT/whole_corpus_hybrid).
 # Extra agent rows: AGENT_ROWS (e.g. a PPO policy: "{name: agent_ppo, method: agent, crawler_model: <dir>, ...}").
 # Every step resumes (resume_dir): re-run the same command after an interruption.
 set -euo pipefail
@@ -51,8 +52,10 @@ for setting in $SETTINGS; do
     ROWS="{name: search_bm25, method: search, search: bm25, label: 'Search-only (BM25)'}"
   fi
   ROWS+=",$TEACHER,$AGENT${AGENT_ROWS:+,$AGENT_ROWS}"
-  mkdir -p "$OUT/$setting"
-  "$PY" -m scholar_agents eval pasa "${COMMON[@]}" "${SEARCH[@]}" setting="$setting" resume_dir="$OUT/$setting" \
+  # its own run dir per backend: a resumed row must keep the settings it ran with (eval pasa refuses otherwise)
+  DIR="$OUT/$setting"; [ "$setting" = whole_corpus ] && [ "$DENSE_WHOLE" = 1 ] && DIR="$OUT/whole_corpus_hybrid"
+  mkdir -p "$DIR"
+  "$PY" -m scholar_agents eval pasa "${COMMON[@]}" "${SEARCH[@]}" setting="$setting" resume_dir="$DIR" \
     "rows=[$ROWS]" "$@"
-  echo "report: $OUT/$setting/report.md"
+  echo "report: $DIR/report.md"
 done

@@ -3,6 +3,8 @@ through one harness, per-query JSONL, the report with its setting, plots, and re
 
 import json
 
+import pytest
+
 from scholar_agents.hydra_app import compose
 
 
@@ -52,3 +54,13 @@ def test_eval_pasa_rows_report_and_resume(tmp_path, tmp_path_factory, tiny_model
     res2 = pasa(compose("eval_pasa", overrides + [f"resume_dir={out}"]))
     assert (out / "per_query" / "agent_no_expand.jsonl").read_text() == before
     assert res2["summary"]["search_bm25"] == summary["search_bm25"]
+
+    # a crash mid-append leaves a cut-off last line: dropped on resume, the rest kept
+    bm25 = out / "per_query" / "search_bm25.jsonl"
+    bm25.write_text(bm25.read_text() + '{"row": "search_bm25", "qid": "cut-o')
+    res3 = pasa(compose("eval_pasa", overrides + [f"resume_dir={out}"]))
+    assert len(bm25.read_text().splitlines()) == 3 and res3["summary"]["search_bm25"] == summary["search_bm25"]
+    # resuming a row under other settings would mix two configurations in one mean: refused, naming the key
+    with pytest.raises(ValueError, match=r"row 'search_bm25' was run with other settings \(search.dense_before"):
+        pasa(compose("eval_pasa", overrides + [f"resume_dir={out}", "search.dense_before=2020-01-01"]))
+    assert len(bm25.read_text().splitlines()) == 3

@@ -18,9 +18,9 @@ leaks a later paper. ``both`` runs every row in each setting, side by side (``<r
 row records ``candidates_searched``: the papers its searches ranked (store papers before its date, or all).
 
 Outputs under the run directory: ``per_query/<row>.jsonl`` (one line per query; a re-run with
-``resume_dir=<that run dir>`` skips what is done), ``trajectories/<row>.jsonl`` (agents), ``summary.json``,
-``report.md`` (the table, plus the corpus, date filter and citation source), ``metrics.png``,
-``recall_vs_actions.png``.
+``resume_dir=<that run dir>`` skips what is done, and refuses a row whose settings changed: ``<row>.row.json``),
+``trajectories/<row>.jsonl`` (agents), ``summary.json``, ``report.md`` (the table, plus the corpus, date filter
+and citation source), ``metrics.png``, ``recall_vs_actions.png``.
 """
 
 from __future__ import annotations
@@ -416,14 +416,65 @@ def write_report(out: Path, summary: dict[str, dict], labels: dict[str, str], me
 
 
 def _read_done(path: Path) -> dict[str, dict]:
+    """The per-query lines already written. A crash while appending can leave one cut-off last line: it is
+    dropped from the file (its query runs again); a broken line anywhere else is an error naming it."""
     if not path.is_file():
         return {}
+    lines = path.read_text(encoding="utf-8").splitlines()
     done = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
             d = json.loads(line)
-            done[d["qid"]] = d
+            qid = d["qid"]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            if any(rest.strip() for rest in lines[i + 1:]):
+                raise ValueError(f"{path}:{i + 1}: not a per-query result line ({e}); fix or delete that line "
+                                 "and resume") from None
+            log.warning("%s:%d: dropping a cut-off last line (an interrupted run); that query runs again", path,
+                        i + 1)
+            path.write_text("".join(x + "\n" for x in lines[:i]), encoding="utf-8")
+            break
+        done[qid] = d
     return done
+
+
+def row_identity(spec: RowSpec, cfg: DictConfig, search_kind: Optional[str] = None) -> dict[str, Any]:
+    """What a row's per-query results depend on besides the query (not its name, label or limit): a resumed run
+    must match it, so a row that now searches another index or runs another policy is never mixed with the old
+    lines. ``search_kind``: the row's search kind with ``auto`` resolved."""
+    ident: dict[str, Any] = {f"row.{k}": v for k, v in dataclasses.asdict(spec).items()
+                             if k not in ("name", "label", "limit") and v is not None}
+    ident["search.kind"] = search_kind or spec.search or cfg.search.kind
+    ident["search.dense_before"] = str(cfg.search.get("dense_before"))
+    if spec.method in ("verified_teacher", "agent"):
+        ident["crawler.env"] = OmegaConf.to_container(cfg.crawler.env, resolve=True)
+    if spec.method == "agent":
+        ident["crawler.policy"] = OmegaConf.to_container(cfg.crawler.policy, resolve=True)
+        ident["agent"] = OmegaConf.to_container(cfg.agent, resolve=True) if cfg.get("agent") else None
+        ident["selector"] = OmegaConf.to_container(cfg.selector, resolve=True) if cfg.get("selector") else None
+    if spec.method in ("agent", "paraphrase"):
+        ident["llm.model"] = spec.crawler_model or cfg.llm.get("model")
+    if spec.method == "agent" and cfg.get("selector_llm"):
+        ident["selector_llm.model"] = cfg.selector_llm.get("model")
+    return json.loads(json.dumps(ident, default=str))
+
+
+def _check_identity(path: Path, identity: dict[str, Any], has_results: bool) -> None:
+    """Refuse to resume a row whose recorded identity differs (naming the keys); record it on first use."""
+    if path.is_file():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        diff = sorted(k for k in set(old) | set(identity) if old.get(k) != identity.get(k))
+        if diff:
+            row = path.name.removesuffix(".row.json")
+            raise ValueError(
+                f"resume_dir: row {row!r} was run with other settings ({', '.join(diff)} differ, see {path}); "
+                "its results would be mixed with the new ones. Use a new run directory (or another row name)")
+        return
+    if has_results:
+        log.info("%s: no recorded row settings (an older run); recording the current ones", path.parent)
+    path.write_text(json.dumps(identity, indent=2, sort_keys=True), encoding="utf-8")
 
 
 def _date_filter_of(settings: Sequence[str], env_text: Optional[str]) -> dict[str, str]:
@@ -439,13 +490,16 @@ def _date_filter_of(settings: Sequence[str], env_text: Optional[str]) -> dict[st
 
 def run_rows(specs: Sequence[RowSpec], queries: Sequence[ScholarQuery], out: Path,
              run_chunk: Callable[[RowSpec, list[ScholarQuery]], tuple[list[dict], Any]], chunk_size: int,
-             progress: bool = True) -> dict[str, list[dict]]:
-    """Evaluate each row on the queries in chunks, appending per-query lines as they finish (resume-safe)."""
+             progress: bool = True, identities: Optional[dict[str, dict]] = None) -> dict[str, list[dict]]:
+    """Evaluate each row on the queries in chunks, appending per-query lines as they finish (resume-safe).
+    ``identities``: each row's ``row_identity``, recorded beside its lines and checked when resuming."""
     (out / "per_query").mkdir(parents=True, exist_ok=True)
     results: dict[str, list[dict]] = {}
     for spec in specs:
         path = out / "per_query" / f"{spec.name}.jsonl"
         done = _read_done(path)
+        if identities is not None:
+            _check_identity(out / "per_query" / f"{spec.name}.row.json", identities[spec.name], bool(done))
         mine = list(queries[: spec.limit] if spec.limit is not None else queries)
         todo = [q for q in mine if q.qid not in done]
         if done:
@@ -522,7 +576,10 @@ def pasa(cfg: DictConfig) -> dict:
         trajs = [t for r in results for t in r.trajectories] if cfg.save_trajectories else None
         return agent_rows(results, chunk, in_store, candidates), trajs
 
-    rows = run_rows(specs, queries, out, run_chunk, cfg.chunk_queries, progress=True)
+    kinds = {k: res.resolved_search_kind() if k == "auto" else k
+             for k in {s.search or cfg.search.kind for s in specs}}
+    identities = {s.name: row_identity(s, cfg, kinds[s.search or cfg.search.kind]) for s in specs}
+    rows = run_rows(specs, queries, out, run_chunk, cfg.chunk_queries, progress=True, identities=identities)
     summary = summarize(rows, boot)
     common = None
     if len({len(r) for r in rows.values()}) > 1:  # rows ran on different numbers of queries: compare like with like
