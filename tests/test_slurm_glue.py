@@ -243,7 +243,10 @@ def test_launcher_configs_compose(monkeypatch, launcher, target, nodes, partitio
 
 
 def test_shell_scripts_parse():
-    for script in sorted((REPO / "slurm").glob("*.sh")) + sorted((REPO / "slurm").glob("*.sbatch")):
+    scripts = [*sorted((REPO / "slurm").glob("*.sh")), *sorted((REPO / "slurm").glob("*.sbatch")),
+               *sorted((REPO / "scripts").glob("*.sh"))]  # the learning / Show scripts the docs run
+    assert len(scripts) > 10
+    for script in scripts:
         out = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
         assert out.returncode == 0, f"{script}: {out.stderr}"
 
