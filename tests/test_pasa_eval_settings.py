@@ -72,3 +72,15 @@ def test_eval_pasa_both_settings_side_by_side(tmp_path, tmp_path_factory):
     assert "whole_corpus = ours" in report
     # the date-filter line says how each setting's rows searched, not only what crawler.env says
     assert "<row>@whole_corpus rows: search over the whole corpus; expansion before the query date" in report
+
+
+def test_report_env_line_follows_the_setting_the_rows_ran():
+    """A whole-corpus-only run reports the env's search date filter as off (the rows searched the whole corpus),
+    whatever crawler.env.search_date_filter says; a date-filtered run keeps it; the input is not modified."""
+    from scholar_agents.eval.pasa import _as_run
+
+    desc = {"crawler env": {"search_date_filter": True, "search_k": 10}, "search": "bm25"}
+    whole = _as_run(desc, ["whole_corpus"])
+    assert whole["crawler env"] == {"search_date_filter": False, "search_k": 10} and whole["search"] == "bm25"
+    assert _as_run(desc, ["date_filtered"])["crawler env"]["search_date_filter"] is True
+    assert desc["crawler env"]["search_date_filter"] is True

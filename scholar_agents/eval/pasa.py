@@ -477,6 +477,14 @@ def _check_identity(path: Path, identity: dict[str, Any], has_results: bool) -> 
     path.write_text(json.dumps(identity, indent=2, sort_keys=True), encoding="utf-8")
 
 
+def _as_run(desc: dict[str, Any], settings: Sequence[str]) -> dict[str, Any]:
+    """The resources' description with the env's search date filter as the rows ran it (the setting decides)."""
+    env = desc.get("crawler env")
+    if list(settings) == ["whole_corpus"] and isinstance(env, dict):
+        desc = {**desc, "crawler env": {**env, "search_date_filter": False}}
+    return desc
+
+
 def _date_filter_of(settings: Sequence[str], env_text: Optional[str]) -> dict[str, str]:
     """The report's "date filter" line as the rows ran it: the setting decides the search side, not the env's
     ``search_date_filter`` (expansion follows ``date_filter_expand`` either way)."""
@@ -591,7 +599,7 @@ def pasa(cfg: DictConfig) -> dict:
     meta = {
         "queries": f"{cfg.queries.path} ({len(queries)} queries with gold papers; offset {cfg.queries.offset}, "
                    f"limit {cfg.queries.limit})",
-        **(desc := res.describe()),
+        **(desc := _as_run(res.describe(), settings)),
         "setting": ", ".join(settings) + " (date_filtered = PaSa §5.1: search before the query date; whole_corpus "
                    "= ours: search over the whole corpus, expansion still date-filtered)",
         **_date_filter_of(settings, desc.get("date filter")),
