@@ -5,8 +5,8 @@ The demo is a pipeline of the project's real commands, each run exactly as a use
 by the demo's own analysis of their outputs. Stages, their commands and overrides are listed in ``conf/demo.yaml``;
 ``stages=[index,search_bm25]`` runs a subset, ``resume_dir=<a previous demo run>`` skips the stages that finished
 there. The default pipeline: index -> search -> synthesised queries -> Selector pairs + Crawler sessions -> Selector
-SFT -> Crawler SFT -> PPO (value warm-up) -> export -> evaluation on held-out queries (65.6 min measured on 2 CPU
-cores shared with other jobs). At the end it writes ``report.md`` (+ ``report.json`` and plots) and prints where
+SFT -> Crawler SFT -> PPO (value warm-up) -> export -> evaluation on held-out queries (21.4 min measured on 2 idle
+CPU cores from an empty cache). At the end it writes ``report.md`` (+ ``report.json`` and plots) and prints where
 they are: the held-out agent rows (after SFT, after PPO) beside the search-only rows with bootstrap 95 % intervals in
 both settings, the Selectors beside their zero-shot baselines, what the PPO stage did, and the wall time.
 """

@@ -61,6 +61,7 @@ def test_eval_pasa_rows_report_and_resume(tmp_path, tmp_path_factory, tiny_model
     res3 = pasa(compose("eval_pasa", overrides + [f"resume_dir={out}"]))
     assert len(bm25.read_text().splitlines()) == 3 and res3["summary"]["search_bm25"] == summary["search_bm25"]
     # resuming a row under other settings would mix two configurations in one mean: refused, naming the key
-    with pytest.raises(ValueError, match=r"row 'search_bm25' was run with other settings \(search.dense_before"):
-        pasa(compose("eval_pasa", overrides + [f"resume_dir={out}", "search.dense_before=2020-01-01"]))
-    assert len(bm25.read_text().splitlines()) == 3
+    agent = out / "per_query" / "agent_no_expand.jsonl"
+    with pytest.raises(ValueError, match=r"row 'agent_no_expand' was run with other settings \(crawler.env differ"):
+        pasa(compose("eval_pasa", overrides + [f"resume_dir={out}", "crawler.env.search_k=5"]))
+    assert agent.read_text() == before and len(bm25.read_text().splitlines()) == 3

@@ -79,8 +79,12 @@ def test_report_env_line_follows_the_setting_the_rows_ran():
     whatever crawler.env.search_date_filter says; a date-filtered run keeps it; the input is not modified."""
     from scholar_agents.eval.pasa import _as_run
 
-    desc = {"crawler env": {"search_date_filter": True, "search_k": 10}, "search": "bm25"}
+    desc = {"crawler env": {"search_date_filter": True, "search_k": 10}, "search": "bm25",
+            "date filter": "before each query's date"}
     whole = _as_run(desc, ["whole_corpus"])
     assert whole["crawler env"] == {"search_date_filter": False, "search_k": 10} and whole["search"] == "bm25"
-    assert _as_run(desc, ["date_filtered"])["crawler env"]["search_date_filter"] is True
-    assert desc["crawler env"]["search_date_filter"] is True
+    assert whole["date filter"].startswith("search over the whole corpus")
+    assert _as_run(desc, ["date_filtered"]) == desc
+    both = _as_run(desc, ["date_filtered", "whole_corpus"])
+    assert both["crawler env"]["search_date_filter"] is True and "<row>@whole_corpus rows" in both["date filter"]
+    assert desc["crawler env"]["search_date_filter"] is True and desc["date filter"] == "before each query's date"

@@ -446,8 +446,9 @@ def row_identity(spec: RowSpec, cfg: DictConfig, search_kind: Optional[str] = No
     lines. ``search_kind``: the row's search kind with ``auto`` resolved."""
     ident: dict[str, Any] = {f"row.{k}": v for k, v in dataclasses.asdict(spec).items()
                              if k not in ("name", "label", "limit") and v is not None}
-    ident["search.kind"] = search_kind or spec.search or cfg.search.kind
-    ident["search.dense_before"] = str(cfg.search.get("dense_before"))
+    ident["search.kind"] = kind = search_kind or spec.search or cfg.search.kind
+    if kind in ("dense", "hybrid"):  # the papers the dense index holds
+        ident["search.dense_before"] = str(cfg.search.get("dense_before"))
     if spec.method in ("verified_teacher", "agent"):
         ident["crawler.env"] = OmegaConf.to_container(cfg.crawler.env, resolve=True)
     if spec.method == "agent":
@@ -478,22 +479,21 @@ def _check_identity(path: Path, identity: dict[str, Any], has_results: bool) -> 
 
 
 def _as_run(desc: dict[str, Any], settings: Sequence[str]) -> dict[str, Any]:
-    """The resources' description with the env's search date filter as the rows ran it (the setting decides)."""
-    env = desc.get("crawler env")
-    if list(settings) == ["whole_corpus"] and isinstance(env, dict):
-        desc = {**desc, "crawler env": {**env, "search_date_filter": False}}
-    return desc
-
-
-def _date_filter_of(settings: Sequence[str], env_text: Optional[str]) -> dict[str, str]:
-    """The report's "date filter" line as the rows ran it: the setting decides the search side, not the env's
-    ``search_date_filter`` (expansion follows ``date_filter_expand`` either way)."""
-    if list(settings) == ["date_filtered"] or env_text is None:
-        return {}
+    """The resources' description as the rows ran it: the setting decides the search side, not the env's
+    ``search_date_filter`` (expansion follows ``date_filter_expand`` either way). Returns a new dict."""
+    env_text, env = desc.get("date filter"), desc.get("crawler env")
+    if list(settings) == ["date_filtered"]:
+        return desc
+    desc = dict(desc)
     whole = "search over the whole corpus; expansion before the query date"
     if list(settings) == ["whole_corpus"]:
-        return {"date filter": whole + " (setting=whole_corpus)"}
-    return {"date filter": f"date_filtered rows: {env_text}; <row>@whole_corpus rows: {whole}"}
+        if isinstance(env, dict):
+            desc["crawler env"] = {**env, "search_date_filter": False}
+        if env_text is not None:
+            desc["date filter"] = whole + " (setting=whole_corpus)"
+    elif env_text is not None:
+        desc["date filter"] = f"date_filtered rows: {env_text}; <row>@whole_corpus rows: {whole}"
+    return desc
 
 
 def run_rows(specs: Sequence[RowSpec], queries: Sequence[ScholarQuery], out: Path,
@@ -599,10 +599,9 @@ def pasa(cfg: DictConfig) -> dict:
     meta = {
         "queries": f"{cfg.queries.path} ({len(queries)} queries with gold papers; offset {cfg.queries.offset}, "
                    f"limit {cfg.queries.limit})",
-        **(desc := _as_run(res.describe(), settings)),
+        **_as_run(res.describe(), settings),
         "setting": ", ".join(settings) + " (date_filtered = PaSa §5.1: search before the query date; whole_corpus "
                    "= ours: search over the whole corpus, expansion still date-filtered)",
-        **_date_filter_of(settings, desc.get("date filter")),
         "gold papers in the corpus": f"{sum(in_store.values())} of {sum(len(set(q.gold_ids)) for q in queries)}",
         "rows": [OmegaConf.to_container(r, resolve=True) if isinstance(r, DictConfig) else r for r in cfg.rows],
         "wall time (s)": round(time.time() - t_start, 1),
