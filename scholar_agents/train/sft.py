@@ -307,9 +307,12 @@ def _as_config(cfg: SFTRecipeConfig | DictConfig) -> DictConfig:
 
 
 def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = None,
-                  report_dir: str | Path | None = None, fit_head: bool = True):
+                  report_dir: str | Path | None = None, fit_head: bool = True,
+                  dist_timeout_minutes: float | None = None):
     """The configured TRL ``SFTTrainer`` (data read, converted, length-filtered and tokenized with labels) and a
-    dict describing the run. ``trainer.train_dataset[i]["labels"]`` is -100 wherever no loss is taken."""
+    dict describing the run. ``trainer.train_dataset[i]["labels"]`` is -100 wherever no loss is taken.
+    ``dist_timeout_minutes`` (``cluster.dist_timeout_minutes``) is the process group's timeout, which the HF
+    Trainer passes to accelerate (``ddp_timeout``); None keeps transformers' 30 minutes."""
     import torch  # noqa: F401  (fail early with a clear ImportError)
     from datasets import Dataset
     from peft import LoraConfig
@@ -381,6 +384,7 @@ def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | N
         assistant_only_loss=cfg.loss_on == "assistant",
         packing=False,
         model_init_kwargs=model_init_kwargs,
+        **({"ddp_timeout": int(round(dist_timeout_minutes * 60))} if dist_timeout_minutes else {}),
     )
     peft_config = None
     if cfg.lora.enabled:
@@ -474,7 +478,7 @@ def _load_adapted_model(model_path: str, init_kwargs: dict, cfg: DictConfig):
 
 
 def run_sft(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = None,
-            report_dir: str | Path | None = None) -> dict:
+            report_dir: str | Path | None = None, dist_timeout_minutes: float | None = None) -> dict:
     """Fine-tune, checkpoint, resume, and save ``<output_dir>/final`` as a loadable HF directory.
     Returns a summary (also written to ``final/SFT_DONE.json`` and ``report_dir/sft_summary.json``).
 
@@ -503,7 +507,10 @@ def run_sft(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = 
     handler = PreemptionHandler.install()
     try:
         trainer, info = build_trainer(cfg, logging_cfg=logging_cfg, report_dir=report_dir,
-                                      fit_head=resume_from is None)
+                                      fit_head=resume_from is None, dist_timeout_minutes=dist_timeout_minutes)
+        from scholar_agents.train import collectives  # the HF Trainer started the group (if any) just above
+
+        log.info("process group: %s; model on %s", collectives.describe(dist_timeout_minutes), trainer.args.device)
         preempted = trainer_callback(handler)
         trainer.add_callback(preempted)
         if resume_from:
