@@ -271,9 +271,11 @@ class PPOTrainer:
         # the index, a checkpoint write): cluster.dist_timeout_minutes, not NCCL's 10-minute default.
         timeout_min = float((cfg.get("cluster") or {}).get("dist_timeout_minutes")
                             or ClusterConfig.dist_timeout_minutes)
+        # (no backend= here: accelerate would take any backend as "distributed", one process too; it picks gloo on CPU,
+        # NCCL on GPUs)
         backend = "gloo" if use_cpu else "nccl"
         self.accelerator = Accelerator(cpu=use_cpu, kwargs_handlers=[
-            InitProcessGroupKwargs(backend=backend, timeout=collectives.timeout(timeout_min))])
+            InitProcessGroupKwargs(timeout=collectives.timeout(timeout_min))])
         if self.deepspeed:
             import deepspeed
 
