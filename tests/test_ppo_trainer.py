@@ -199,6 +199,8 @@ def test_torchrun_two_processes_match_one_process(tiny_model_dir, ppo_papers, tm
         single.close()
     out = proc.communicate(timeout=900)[0]
     assert proc.returncode == 0, out[-3000:]
+    # accelerate started the group with cluster.dist_timeout_minutes (120 by default), not gloo's 30 / NCCL's 10
+    assert out.count("process group: backend gloo, world 2, timeout 120 min, collectives on cpu") == 2, out[-3000:]
     one = json.loads((tmp_path / "one" / "metrics.jsonl").read_text().splitlines()[0])
     two = json.loads((tmp_path / "two" / "metrics.jsonl").read_text().splitlines()[0])
     assert one["rollout/sessions"] == 4 and two["rollout/sessions"] == 2  # per process, averaged over ranks

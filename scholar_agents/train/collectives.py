@@ -111,6 +111,17 @@ def init_process_group(timeout_minutes: float, backend: str | None = None) -> st
     return backend
 
 
+def start_group_for_trainer(timeout_minutes: float, cpu: bool = False) -> bool:
+    """Start the default group with the configured timeout before an HF Trainer does, when a launcher started
+    several processes and no group exists yet (accelerate and DeepSpeed adopt an existing group). Needed because
+    transformers passes ``ddp_timeout`` on to accelerate only on GPUs: on CPU its group gets gloo's 30 minutes
+    whatever is configured. ``cpu``: gloo even where CUDA is available (``sft.use_cpu``). True when it started one."""
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1 or (dist.is_available() and dist.is_initialized()):
+        return False
+    init_process_group(timeout_minutes, backend="gloo" if cpu or not torch.cuda.is_available() else None)
+    return True
+
+
 def all_reduce(t: torch.Tensor, op: str = "sum") -> torch.Tensor:
     """``t`` reduced over every process (``op``: sum | max | min), on ``t``'s device. ``t`` itself is updated in
     place when it already lives on the collective device (and is returned)."""

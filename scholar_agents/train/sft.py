@@ -506,10 +506,12 @@ def run_sft(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = 
     saved_env = {k: os.environ.get(k) for k in ("WANDB_RUN_ID", "WANDB_RESUME", "WANDB_MODE")}
     handler = PreemptionHandler.install()
     try:
+        from scholar_agents.train import collectives
+
+        if dist_timeout_minutes:  # our group, with our timeout: the HF Trainer adopts it
+            collectives.start_group_for_trainer(dist_timeout_minutes, cpu=bool(cfg.use_cpu))
         trainer, info = build_trainer(cfg, logging_cfg=logging_cfg, report_dir=report_dir,
                                       fit_head=resume_from is None, dist_timeout_minutes=dist_timeout_minutes)
-        from scholar_agents.train import collectives  # the HF Trainer started the group (if any) just above
-
         log.info("process group: %s; model on %s", collectives.describe(dist_timeout_minutes), trainer.args.device)
         preempted = trainer_callback(handler)
         trainer.add_callback(preempted)
