@@ -107,6 +107,16 @@ def test_no_group_means_one_process_and_no_communication():
         collectives.timeout(0)
 
 
+def test_cluster_timeout_is_a_config_switch():
+    from scholar_agents.hydra_app import compose
+    from scholar_agents.plan.cluster import ClusterConfig
+
+    assert compose("train_crawler_ppo", []).cluster.dist_timeout_minutes == 120.0  # the PPO default: long
+    assert compose("slurm_probe", ["cluster.dist_timeout_minutes=7"]).cluster.dist_timeout_minutes == 7.0
+    with pytest.raises(ValueError, match="cluster.dist_timeout_minutes must be > 0"):
+        ClusterConfig(dist_timeout_minutes=0)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # two real processes
 
