@@ -58,6 +58,7 @@ class PlanInputs:
     forward_batch_size: int = 1
     score_batch_size: int = 8
     seq_len: int = 8192  # a session's prompt + response is at most llm.max_model_len tokens
+    seq_len_source: str = "llm.max_model_len"  # or ppo.plan_seq_len: the plan's own sequence length
     response_len: int = 256  # max_new_tokens: the logits kept per session (logits_to_keep = R + 1)
     engine_backend: str = "vllm"  # vllm | hf
     engine_dtype_bytes: int = 2
