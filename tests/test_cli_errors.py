@@ -51,7 +51,8 @@ CASES = [
     (["plan", "crawler_ppo", "cluster=h100_80gb", "ppo.policy_model=/nope/ckpt"],
      "ppo.policy_model: no config.json for model '/nope/ckpt'"),
     (["plan", "selector_sft", "cluster=h100_80gb", "sft.model=/nope/model"], "sft.model: no config.json for model"),
-    (["plan", "crawler_ppo", "cluster=h100_80gb", "ppo.deepspeed=/nope.json"], "ppo.deepspeed=/nope.json does not exist"),
+    (["plan", "crawler_ppo", "cluster=h100_80gb", "ppo.deepspeed=/nope.json"],
+     "ppo.deepspeed=/nope.json does not exist"),
     (["plan", "crawler_ppo", "cluster=h100_80gb", "ppo.plan_seq_len=0"], "ppo.plan_seq_len must be a positive integer"),
     # flash attention asked for by name where it cannot load (issue 28 item 3; `auto` is the presets' choice)
     (["train", "crawler_ppo", "ppo.attn_implementation=flash_attention_2"],
@@ -75,7 +76,8 @@ def test_tensor_parallel_colocated_rollouts_are_refused_before_loading_naming_th
     out = scholar(tmp_path, "train", "crawler_ppo", "llm=smollm2_vllm", "llm.tensor_parallel_size=2",
                   env={"WORLD_SIZE": "2"})
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-2000:]
-    assert "llm.tensor_parallel_size=2 with rollout engines colocated in 2 training ranks is not supported" in out.stderr
+    assert "llm.tensor_parallel_size=2 with rollout engines colocated in 2 training ranks is not supported" \
+        in out.stderr
     assert "use llm.tensor_parallel_size=1" in out.stderr
 
 

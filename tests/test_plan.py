@@ -314,9 +314,11 @@ def test_a_missing_model_without_a_base_is_one_usage_error_naming_the_setting(tm
 
     missing = tmp_path / "not_trained_yet"
     with pytest.raises(UsageError, match=r"^ppo.policy_model: no config.json for model .*or set ppo.base_model="):
-        inputs_from_config(compose("train_crawler_ppo", [*PAPER, f"ppo.policy_model={missing}", "ppo.base_model=null"]))
+        inputs_from_config(compose("train_crawler_ppo", [*PAPER, f"ppo.policy_model={missing}",
+                                                          "ppo.base_model=null"]))
     with pytest.raises(UsageError, match=r"does not exist yet and ppo.base_model: no config.json for model '/nope'"):
-        inputs_from_config(compose("train_crawler_ppo", [*PAPER, f"ppo.policy_model={missing}", "ppo.base_model=/nope"]))
+        inputs_from_config(compose("train_crawler_ppo", [*PAPER, f"ppo.policy_model={missing}",
+                                                          "ppo.base_model=/nope"]))
 
 
 def test_the_plans_sequence_length_is_its_own_input():

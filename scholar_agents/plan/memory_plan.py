@@ -385,8 +385,10 @@ def training_fix_steps(x, group: str) -> list:
         steps.append(lambda c: (dataclasses.replace(c, gradient_checkpointing=True),
                                 f"enable gradient checkpointing ({group}.gradient_checkpointing=true)"))
     if x.attn_implementation == "eager":
-        steps.append(lambda c: (dataclasses.replace(c, attn_implementation="flash_attention_2"),
-                                f"use flash attention ({group}.attn_implementation=flash_attention_2)"))
+        # auto: flash attention where it imports, else sdpa — the same activation memory here, and never a crash
+        steps.append(lambda c: (dataclasses.replace(c, attn_implementation="auto"),
+                                f"use memory-efficient attention ({group}.attn_implementation=auto: flash attention "
+                                f"where flash-attn imports, else sdpa)"))
     return steps
 
 
