@@ -95,3 +95,14 @@ def test_startup_check_of_train_crawler_ppo_names_the_kernel(no_flash_attn, capl
         assert startup_check(compose("train_crawler_ppo", ["ppo=pasa_paper"])) is None  # cluster=cpu: no plan
     assert choices(caplog) == ["attention: sdpa (ppo.attn_implementation=auto: flash_attn does not import "
                                "(ModuleNotFoundError: import of flash_attn halted; None in sys.modules))"]
+
+
+def test_the_hf_backend_loads_with_the_resolved_kernel(no_flash_attn, tiny_model_dir):
+    """llm.attn_implementation (hf rollouts on a GPU node): auto is sdpa here; an explicit kernel is used as asked."""
+    from scholar_agents.llm import build_llm
+    from scholar_agents.llm.config import LLMConfig
+
+    for asked, loaded in (("auto", "sdpa"), ("eager", "eager")):
+        llm = build_llm(LLMConfig(backend="hf", model=str(tiny_model_dir), device="cpu", dtype="float32",
+                                  attn_implementation=asked))
+        assert llm.model.config._attn_implementation == loaded

@@ -22,6 +22,9 @@ class LLMConfig:
     dtype: str = "auto"  # auto (bf16 where the CPU/GPU supports it, else fp32) | bfloat16 | float16 | float32
     device: str = "auto"  # auto | cpu | cuda | cuda:N  (hf backend)
     batch_size: int = 16  # prompts per forward pass (hf backend)
+    # hf backend: the attention kernel (llm/attention.py): auto (flash_attention_2 where flash-attn imports and CUDA
+    # is there, else sdpa) | sdpa | flash_attention_2 | eager; null = transformers' default (ours, e.g. hf rollouts)
+    attn_implementation: Optional[str] = None
     max_model_len: int = 4096
     seed: int = 0
     trust_remote_code: bool = False
