@@ -47,6 +47,16 @@ CASES = [
     (["data_gen", "crawler_sessions", "data_gen.teacher=oracle"], "data_gen.teacher must be one of llm, verified"),
     (["data_gen", "selector_pairs", "data_gen.crawl_queries=oracle"], "data_gen.crawl_queries must be llm or verified"),
     (["eval", "pasa", "setting=everything"], "setting must be date_filtered, whole_corpus, both or null"),
+    # a model config or DeepSpeed JSON the plan cannot read (issue 28 item 5, issue 29 item 5)
+    (["plan", "crawler_ppo", "cluster=h100_80gb", "ppo.policy_model=/nope/ckpt"],
+     "ppo.policy_model: no config.json for model '/nope/ckpt'"),
+    (["plan", "selector_sft", "cluster=h100_80gb", "sft.model=/nope/model"], "sft.model: no config.json for model"),
+    (["plan", "crawler_ppo", "cluster=h100_80gb", "ppo.deepspeed=/nope.json"],
+     "ppo.deepspeed=/nope.json does not exist"),
+    (["plan", "crawler_ppo", "cluster=h100_80gb", "ppo.plan_seq_len=0"], "ppo.plan_seq_len must be a positive integer"),
+    # flash attention asked for by name where it cannot load (issue 28 item 3; `auto` is the presets' choice)
+    (["train", "crawler_ppo", "ppo.attn_implementation=flash_attention_2"],
+     "ppo.attn_implementation=flash_attention_2 but flash_attn does not import"),
 ]
 
 
@@ -58,6 +68,17 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, bad_files, args, message):
     assert len(lines) == 1 and "Traceback" not in out.stdout + out.stderr, out.stderr[-2000:]
     assert lines[0].startswith(f"scholar {args[0]} {args[1]}: error: ")
     assert message.replace("{d}", str(bad_files)) in lines[0]
+
+
+def test_tensor_parallel_colocated_rollouts_are_refused_before_loading_naming_the_alternative(tmp_path):
+    """Colocated vLLM rollout engines with TP > 1 (issue 28 table row 6): every rank rolls out its own queries, so
+    a TP group would not see the same prompts; refused in one line (the alternative: TP 1, one engine per rank)."""
+    out = scholar(tmp_path, "train", "crawler_ppo", "llm=smollm2_vllm", "llm.tensor_parallel_size=2",
+                  env={"WORLD_SIZE": "2"})
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-2000:]
+    assert "llm.tensor_parallel_size=2 with rollout engines colocated in 2 training ranks is not supported" \
+        in out.stderr
+    assert "use llm.tensor_parallel_size=1" in out.stderr
 
 
 def test_hydra_full_error_shows_the_trace(tmp_path):

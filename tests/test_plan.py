@@ -294,3 +294,39 @@ def test_scholar_plan_defaults_to_crawler_ppo():
     assert resolve(["plan", "selector_sft", "sft=pasa_7b"]) == (("plan", "selector_sft"), ["sft=pasa_7b"])
     with pytest.raises(SystemExit, match="takes one of"):
         resolve(["plan", "nonsense"])
+
+
+def test_the_shipped_ppo_experiment_plans_from_its_base_model_before_sft_ran(tmp_path):
+    """`scholar plan experiment=pasa_crawler_ppo` as shipped (issue 28 item 5): the policy is the SFT run's output,
+    not written yet; the plan reads the architecture of the model it fine-tunes (ppo.base_model) and says so."""
+    out = run_plan("experiment=pasa_crawler_ppo", f"paths.output_root={tmp_path}")
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert f"# policy {tmp_path}/checkpoints/pasa_crawler_sft/final (not there yet: sizes of ppo.base_model={QWEN}): " \
+           f"7,615,616,512 parameters" in out.stdout
+    assert "FITS" in out.stdout
+    cfg = compose("plan", ["experiment=pasa_crawler_ppo", f"paths.output_root={tmp_path}"])
+    x = inputs_from_config(cfg)
+    assert x.policy.params == x.ref.params == model_shape(QWEN).params and x.value.layers == 28
+
+
+def test_a_missing_model_without_a_base_is_one_usage_error_naming_the_setting(tmp_path):
+    from scholar_agents.validation import UsageError
+
+    missing = tmp_path / "not_trained_yet"
+    with pytest.raises(UsageError, match=r"^ppo.policy_model: no config.json for model .*or set ppo.base_model="):
+        inputs_from_config(compose("train_crawler_ppo", [*PAPER, f"ppo.policy_model={missing}",
+                                                          "ppo.base_model=null"]))
+    with pytest.raises(UsageError, match=r"does not exist yet and ppo.base_model: no config.json for model '/nope'"):
+        inputs_from_config(compose("train_crawler_ppo", [*PAPER, f"ppo.policy_model={missing}",
+                                                          "ppo.base_model=/nope"]))
+
+
+def test_the_plans_sequence_length_is_its_own_input():
+    """ppo.plan_seq_len: the plan for sessions of 2,048 tokens, whatever the engine's max_model_len (8,192)."""
+    default = inputs_from_config(compose("train_crawler_ppo", [*PAPER, ZERO3]))
+    short = inputs_from_config(compose("train_crawler_ppo", [*PAPER, ZERO3, "ppo.plan_seq_len=2048"]))
+    assert (default.seq_len, default.seq_len_source) == (8192, "llm.max_model_len")
+    assert (short.seq_len, short.seq_len_source) == (2048, "ppo.plan_seq_len")
+    assert build_plan(short).phase_total("update") < build_plan(default).phase_total("update")
+    out = run_plan(*PAPER, ZERO3, "ppo.plan_seq_len=2048")
+    assert "# sequences of <= 2048 tokens (ppo.plan_seq_len)" in out.stdout, out.stderr[-2000:]

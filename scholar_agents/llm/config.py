@@ -22,6 +22,9 @@ class LLMConfig:
     dtype: str = "auto"  # auto (bf16 where the CPU/GPU supports it, else fp32) | bfloat16 | float16 | float32
     device: str = "auto"  # auto | cpu | cuda | cuda:N  (hf backend)
     batch_size: int = 16  # prompts per forward pass (hf backend)
+    # hf backend: the attention kernel (llm/attention.py): auto (flash_attention_2 where flash-attn imports and CUDA
+    # is there, else sdpa) | sdpa | flash_attention_2 | eager; null = transformers' default (ours, e.g. hf rollouts)
+    attn_implementation: Optional[str] = None
     max_model_len: int = 4096
     seed: int = 0
     trust_remote_code: bool = False
@@ -36,6 +39,10 @@ class LLMConfig:
     # Engine size (vLLM's own names): sequences batched at once; with max_model_len and gpu_memory_utilization it
     # sets the KV cache that `scholar plan` accounts for.
     max_num_seqs: int = 256
+    # Tokens the scheduler batches per step (vLLM's name); null = vLLM's default (16384 on an H100 for the offline
+    # engine). Its start-up profile runs a batch of this size, so a colocated engine sets it low: TRL's colocate
+    # mode passes 4096 (trl/generation/vllm_generation.py), as conf/llm/qwen25_7b_vllm_rollout.yaml does.
+    max_num_batched_tokens: Optional[int] = None
     # Engines inside training processes (PPO rollouts, train/ppo/rollout.py sets these two; TRL's colocate mode):
     # "external_launcher" = this process is one rank of a torchrun job and builds its own engine in-process,
     # on the process group the trainer already started (one engine per rank, or per TP group); null = vLLM's

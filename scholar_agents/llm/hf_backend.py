@@ -76,9 +76,12 @@ class HFBackend(LLM):
         self._tokenizer = tok
         # With an adapter: merged in fp32 (a small low-rank delta added to bf16 weights would be rounded away, as
         # train/sft.py's save_final notes), then cast to the serving dtype.
+        from scholar_agents.llm.attention import resolve_attn_implementation
+
+        attn = resolve_attn_implementation(cfg.attn_implementation, "llm.attn_implementation")
         self.model = AutoModelForCausalLM.from_pretrained(
             model_path, dtype=torch.float32 if adapter is not None else self.dtype,
-            trust_remote_code=cfg.trust_remote_code
+            trust_remote_code=cfg.trust_remote_code, **({"attn_implementation": attn} if attn else {})
         )
         if adapter is not None:  # llm.adapter: a LoRA adapter merged into the weights (llm/adapters.py)
             from scholar_agents.llm.adapters import apply_adapter

@@ -111,6 +111,8 @@ class VLLMBackend(LLM):
             # Logprobs of the model's own distribution (before temperature/top-p), as the hf backend computes.
             logprobs_mode="raw_logprobs",
         )
+        if cfg.max_num_batched_tokens is not None:
+            engine_kwargs["max_num_batched_tokens"] = cfg.max_num_batched_tokens
         if cfg.distributed_executor_backend:
             engine_kwargs["distributed_executor_backend"] = cfg.distributed_executor_backend
         if cfg.enable_sleep_mode:
@@ -232,8 +234,11 @@ class VLLMBackend(LLM):
         :meth:`wake_up`. Needs ``llm.enable_sleep_mode`` (GPU only)."""
         self._local_engine("sleep mode").sleep(level=level)
 
-    def wake_up(self) -> None:
-        self._local_engine("sleep mode").wake_up()
+    def wake_up(self, tags: Sequence[str] | None = None) -> bool:
+        """Re-allocate what :meth:`sleep` released: everything (``tags=None``) or only ``["weights"]`` /
+        ``["kv_cache"]`` (vLLM's tags; a colocated engine wakes its weights, takes the push, then its KV cache).
+        True once the engine is fully awake (vLLM resumes scheduling only then)."""
+        return bool(self._local_engine("sleep mode").wake_up(tags=None if tags is None else list(tags)))
 
     def close(self) -> None:
         for rep in getattr(self, "_replicas", []):

@@ -4,7 +4,9 @@ table and exits non-zero, naming the fix, when the plan does not fit. ``train cr
 start-up (:func:`startup_check`; ``cluster.memory_check=false`` turns it off).
 
 Config fields read defensively (absent = the default in brackets): ``ppo.rollout_sleep`` / ``llm.enable_sleep_mode``
-[false], ``llm.max_num_seqs`` [256], ``crawler.policy.batch_sessions`` [32], ``selector_llm.*``.
+[false], ``llm.max_num_seqs`` [256], ``crawler.policy.batch_sessions`` [32], ``selector_llm.*``, ``ppo.base_model``
+[none: the architecture of a checkpoint not written yet], ``ppo.plan_seq_len`` [``llm.max_model_len``]. A model
+config or DeepSpeed JSON that cannot be read is one line (UsageError: exit 2), not a traceback.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from scholar_agents.plan.cluster import ClusterConfig, to_cluster_config
 from scholar_agents.plan.memory_plan import DTYPE_BYTES, Plan, PlanInputs, build_plan, suggest_fixes
 from scholar_agents.plan.model_sizes import shown_config_path
 from scholar_agents.plan.sft_plan import SFTInputs, build_sft_plan, suggest_sft_fixes
+from scholar_agents.validation import UsageError, optional_positive_int
 
 log = logging.getLogger(__name__)
 
@@ -29,40 +32,86 @@ def _get(node, key: str, default):
     return default if value is None else value
 
 
-def _deepspeed_settings(path: str | None) -> tuple[int, bool, bool]:
+def _deepspeed_settings(path: str | None, group: str = "ppo") -> tuple[int, bool, bool]:
     """(ZeRO stage, optimizer offloaded, parameters offloaded) from the DeepSpeed JSON; (0, False, False) without."""
     if not path:
         return 0, False, False
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"ppo.deepspeed={path} does not exist: pass a DeepSpeed JSON, e.g. "
-                                f"ppo.deepspeed=${{sa_pkg:}}/conf/deepspeed/zero3.json")
+        raise UsageError(f"{group}.deepspeed={path} does not exist: pass a DeepSpeed JSON, e.g. "
+                         f"{group}.deepspeed=${{sa_pkg:}}/conf/deepspeed/zero3.json")
     zero = json.loads(p.read_text()).get("zero_optimization", {})
     offloaded = lambda key: str((zero.get(key) or {}).get("device", "none")).lower() in ("cpu", "nvme")  # noqa: E731
     return int(zero.get("stage", 0)), offloaded("offload_optimizer"), offloaded("offload_param")
 
 
+def planned_model(setting: str, model: str, base: str | None = None, base_setting: str = "") -> str:
+    """The model whose config.json the plan reads for ``setting=model``: the model itself, or — while a checkpoint
+    does not exist yet (the PPO preset starts from the SFT run's output) — ``base``, the model it fine-tunes (same
+    architecture, same sizes). Neither readable: one-line UsageError naming the setting and the fix."""
+    from scholar_agents.plan.model_sizes import config_dir_for
+
+    try:
+        config_dir_for(model)
+        return model
+    except FileNotFoundError as e:
+        if not base:
+            hint = f" (or set {base_setting}=<the model it fine-tunes>)" if base_setting else ""
+            raise UsageError(f"{setting}: {e}{hint}") from None
+    try:
+        config_dir_for(base)
+    except FileNotFoundError as e:
+        raise UsageError(f"{setting}={model} does not exist yet and {base_setting}: {e}") from None
+    return base  # the plan's header says so (_shape)
+
+
+def _shape(setting: str, model: str, base: str | None = None, base_setting: str = ""):
+    """``model``'s ModelShape, named as configured (and, when planned from its base, saying so)."""
+    import dataclasses
+
+    from scholar_agents.plan.model_sizes import model_shape
+
+    read = planned_model(setting, model, base, base_setting)
+    shape = model_shape(read)
+    if read == model:
+        return shape
+    return dataclasses.replace(shape, name=f"{model} (not there yet: sizes of {base_setting}={base})")
+
+
 def inputs_from_config(cfg: DictConfig, cluster: ClusterConfig | None = None) -> PlanInputs:
-    """The plan's inputs from a composed ``train crawler_ppo`` config (models built on the meta device)."""
-    from scholar_agents.plan.model_sizes import lora_trainable_params, model_shape
+    """The plan's inputs from a composed ``train crawler_ppo`` config (models built on the meta device). A model
+    that does not exist yet (the SFT checkpoint the preset starts from) is planned from ``ppo.base_model``."""
+    from scholar_agents.plan.model_sizes import lora_trainable_params
 
     ppo, llm = cfg.ppo, cfg.llm
     cluster = cluster or to_cluster_config(cfg.cluster)
-    policy = model_shape(str(ppo.policy_model))
+    base = _get(ppo, "base_model", None)
+    policy_name = str(ppo.policy_model)
+    policy = _shape("ppo.policy_model", policy_name, base, "ppo.base_model")
     lora = _get(ppo, "lora", {})
     lora_on = bool(_get(lora, "enabled", False))
     ref_name = _get(ppo, "ref_model", None)
-    ref = None if (lora_on and not ref_name) else model_shape(str(ref_name or ppo.policy_model))
+    ref = None
+    if not (lora_on and not ref_name):
+        ref = _shape("ppo.ref_model" if ref_name else "ppo.policy_model", str(ref_name or policy_name), base,
+                     "ppo.base_model")
     value = None
     if _get(ppo, "value_head", "separate") == "separate":
-        value = model_shape(str(_get(ppo, "value_model", None) or ppo.policy_model))
+        value_name = _get(ppo, "value_model", None)
+        value = _shape("ppo.value_model" if value_name else "ppo.policy_model", str(value_name or policy_name),
+                       base, "ppo.base_model")
     lora_trainable = None
     if lora_on:
         targets = _get(lora, "target_modules", "all-linear")
         targets = targets if isinstance(targets, str) else tuple(targets)
-        lora_trainable = lora_trainable_params(str(ppo.policy_model), int(_get(lora, "r", 16)),
-                                               int(_get(lora, "alpha", 32)), targets)
+        lora_trainable = lora_trainable_params(planned_model("ppo.policy_model", policy_name, base, "ppo.base_model"),
+                                               int(_get(lora, "r", 16)), int(_get(lora, "alpha", 32)), targets)
     stage, off_opt, off_par = _deepspeed_settings(_get(ppo, "deepspeed", None))
+    # the longest session the plan assumes: ppo.plan_seq_len (its own input: a check that measures shorter
+    # sessions plans for those), else the engine's bound llm.max_model_len
+    plan_seq = optional_positive_int(_get(ppo, "plan_seq_len", None), "ppo.plan_seq_len", "tokens per session")
+    seq_len, seq_source = (plan_seq, "ppo.plan_seq_len") if plan_seq else \
+        (int(_get(llm, "max_model_len", 4096)), "llm.max_model_len")
 
     # sequences the engine generates at once: the widest rollout round (PaSa App. A.2: queries_per_step search
     # sessions, then expand_sessions[i] per round), at most crawler.policy.batch_sessions and llm.max_num_seqs
@@ -77,7 +126,7 @@ def inputs_from_config(cfg: DictConfig, cluster: ClusterConfig | None = None) ->
     selector, selector_backend = None, "none"
     sel = cfg.get("selector_llm")
     if bool(_get(ppo, "use_selector", True)) and sel is not None and _get(sel, "backend", "hf") in ("hf", "vllm"):
-        selector, selector_backend = model_shape(str(sel.model)), str(sel.backend)
+        selector, selector_backend = _shape("selector_llm.model", str(sel.model)), str(sel.backend)
 
     return PlanInputs(
         cluster=cluster, policy=policy, value=value, ref=ref, zero_stage=stage, deepspeed=_get(ppo, "deepspeed", None),
@@ -87,7 +136,7 @@ def inputs_from_config(cfg: DictConfig, cluster: ClusterConfig | None = None) ->
         attn_implementation=str(_get(ppo, "attn_implementation", "sdpa")),
         forward_batch_size=int(_get(ppo, "forward_batch_size", 1)),
         score_batch_size=int(_get(ppo, "score_batch_size", 4)),
-        seq_len=int(_get(llm, "max_model_len", 4096)), response_len=int(response),
+        seq_len=seq_len, seq_len_source=seq_source, response_len=int(response),
         engine_backend="vllm" if _get(llm, "backend", "hf") == "vllm" else "hf",
         engine_dtype_bytes=DTYPE_BYTES.get(str(_get(llm, "dtype", "auto")), 2),
         gpu_memory_utilization=float(_get(llm, "gpu_memory_utilization", 0.85)),
@@ -106,7 +155,7 @@ def _ppo_header(x: PlanInputs) -> list[str]:
         f"{shown_config_path(x.policy.config_dir)}/config.json)"
         + (f"; value backbone {x.value.backbone_params:,}" if x.value else "; value head on the policy")
         + (f"; LoRA trainable {x.lora_trainable:,}" if x.lora_trainable is not None else ""),
-        f"# sequences of <= {x.seq_len} tokens (llm.max_model_len), responses <= {x.response_len}; forward batch "
+        f"# sequences of <= {x.seq_len} tokens ({x.seq_len_source}), responses <= {x.response_len}; forward batch "
         f"{x.forward_batch_size}, scoring batch {x.score_batch_size}; rollout engine {x.engine_backend}: "
         f"{x.engine_sequences} sequences at once, sleep mode {'on' if x.sleep else 'off'}",
     ]
@@ -165,7 +214,7 @@ def verdict(plan: Plan) -> tuple[bool, str]:
 
 def sft_inputs_from_config(cfg: DictConfig, cluster: ClusterConfig | None = None) -> SFTInputs:
     """The plan's inputs from a composed ``train selector_sft`` / ``train crawler_sft`` config."""
-    from scholar_agents.plan.model_sizes import lora_trainable_params, model_shape
+    from scholar_agents.plan.model_sizes import lora_trainable_params
 
     sft = cfg.sft
     cluster = cluster or to_cluster_config(cfg.cluster)
@@ -173,10 +222,11 @@ def sft_inputs_from_config(cfg: DictConfig, cluster: ClusterConfig | None = None
     lora_trainable = None
     if bool(_get(lora, "enabled", False)):
         targets = _get(lora, "target_modules", "all-linear")
-        lora_trainable = lora_trainable_params(str(sft.model), int(_get(lora, "r", 16)), int(_get(lora, "alpha", 32)),
+        lora_trainable = lora_trainable_params(planned_model("sft.model", str(sft.model)), int(_get(lora, "r", 16)),
+                                               int(_get(lora, "alpha", 32)),
                                                targets if isinstance(targets, str) else tuple(targets))
-    stage, off_opt, off_par = _deepspeed_settings(_get(sft, "deepspeed", None))
-    return SFTInputs(cluster=cluster, model=model_shape(str(sft.model)), zero_stage=stage,
+    stage, off_opt, off_par = _deepspeed_settings(_get(sft, "deepspeed", None), "sft")
+    return SFTInputs(cluster=cluster, model=_shape("sft.model", str(sft.model)), zero_stage=stage,
                      deepspeed=_get(sft, "deepspeed", None), offload_optimizer=off_opt, offload_params=off_par,
                      model_dtype_bytes=DTYPE_BYTES.get(str(_get(sft, "model_dtype", "auto")), 2),
                      lora_trainable=lora_trainable,
@@ -239,8 +289,14 @@ def _cluster_for_startup(cfg: DictConfig) -> ClusterConfig | None:
 
 
 def startup_check(cfg: DictConfig) -> Plan | None:
-    """``train crawler_ppo`` calls this before building anything: refuse (SystemExit naming the fix) a plan that does
-    not fit the GPUs. Skipped, with one log line, without GPUs or with ``cluster.memory_check=false``."""
+    """``train crawler_ppo`` calls this before building anything: name the attention kernel the models load with
+    (``ppo.attn_implementation``; refused in one line if it cannot load), then refuse (SystemExit naming the fix) a
+    plan that does not fit the GPUs. The plan is skipped, with one log line, without GPUs or with
+    ``cluster.memory_check=false``."""
+    from scholar_agents.llm.attention import resolve_attn_implementation
+
+    # the kernel the models will load with, named once here (and refused here, in one line, if it cannot load)
+    attn = resolve_attn_implementation(_get(cfg.ppo, "attn_implementation", None), "ppo.attn_implementation")
     cluster = to_cluster_config(cfg.cluster)
     if not cluster.memory_check:
         log.info("memory check skipped (cluster.memory_check=false)")
@@ -254,6 +310,6 @@ def startup_check(cfg: DictConfig) -> Plan | None:
     if not ok:
         raise SystemExit(f"{format_plan(p)}\n\n{message}\n(`scholar plan <the same overrides>` prints this plan; "
                          f"cluster.memory_check=false starts anyway.)")
-    log.info("memory check: %s", message)
+    log.info("memory check: %s (attention: %s)", message, attn or "transformers' default")
     return p
 

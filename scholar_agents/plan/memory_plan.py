@@ -58,6 +58,7 @@ class PlanInputs:
     forward_batch_size: int = 1
     score_batch_size: int = 8
     seq_len: int = 8192  # a session's prompt + response is at most llm.max_model_len tokens
+    seq_len_source: str = "llm.max_model_len"  # or ppo.plan_seq_len: the plan's own sequence length
     response_len: int = 256  # max_new_tokens: the logits kept per session (logits_to_keep = R + 1)
     engine_backend: str = "vllm"  # vllm | hf
     engine_dtype_bytes: int = 2
@@ -384,8 +385,10 @@ def training_fix_steps(x, group: str) -> list:
         steps.append(lambda c: (dataclasses.replace(c, gradient_checkpointing=True),
                                 f"enable gradient checkpointing ({group}.gradient_checkpointing=true)"))
     if x.attn_implementation == "eager":
-        steps.append(lambda c: (dataclasses.replace(c, attn_implementation="flash_attention_2"),
-                                f"use flash attention ({group}.attn_implementation=flash_attention_2)"))
+        # auto: flash attention where it imports, else sdpa — the same activation memory here, and never a crash
+        steps.append(lambda c: (dataclasses.replace(c, attn_implementation="auto"),
+                                f"use memory-efficient attention ({group}.attn_implementation=auto: flash attention "
+                                f"where flash-attn imports, else sdpa)"))
     return steps
 
 

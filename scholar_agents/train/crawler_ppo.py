@@ -19,10 +19,16 @@ log = logging.getLogger(__name__)
 
 
 def crawler_ppo(cfg: DictConfig) -> dict:
+    import os
+
     from scholar_agents.plan.commands import startup_check
+    from scholar_agents.train.ppo.rollout import check_colocated_tensor_parallel
     from scholar_agents.train.ppo.trainer import PPOTrainer
-    # `scholar plan` before anything is loaded: a plan that does not fit the GPUs stops here, naming the fix
-    # (skipped on CPU; cluster.memory_check=false starts anyway)
+
+    # refused before anything is loaded: TP > 1 colocated engines (one line), then `scholar plan`: a plan that does
+    # not fit the GPUs stops here, naming the fix (skipped on CPU; cluster.memory_check=false starts anyway)
+    check_colocated_tensor_parallel(str(cfg.llm.backend), int(cfg.llm.get("tensor_parallel_size") or 1),
+                                    int(os.environ.get("WORLD_SIZE", "1")))
     startup_check(cfg)
     trainer = PPOTrainer(cfg, output_dir(cfg))
     try:

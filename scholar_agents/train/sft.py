@@ -101,7 +101,9 @@ class SFTRecipeConfig:
     bf16: Optional[bool] = None
     use_cpu: bool = False
     gradient_checkpointing: bool = False
-    attn_implementation: Optional[str] = None  # e.g. flash_attention_2 on GPUs (official), sdpa
+    # auto (flash_attention_2 where flash-attn imports and CUDA is there, else sdpa: llm/attention.py) | sdpa |
+    # flash_attention_2 (the official command's; refused in one line without flash-attn) | eager; null = transformers'
+    attn_implementation: Optional[str] = None
     deepspeed: Optional[str] = None  # path to a DeepSpeed JSON (conf/deepspeed/zero3.json)
     # The world size the preset's hyperparameters assume (PaSa: 8 GPUs x 4 = 32 per step); a different world size
     # is logged with the effective batch so nobody compares runs blind. null = no expectation.
@@ -321,6 +323,9 @@ def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | N
 
     cfg = _as_config(cfg)
     _check_head_init(cfg)
+    from scholar_agents.llm.attention import resolve_attn_implementation
+
+    attn = resolve_attn_implementation(cfg.attn_implementation, "sft.attn_implementation")  # before any loading
     output_dir = Path(cfg.output_dir)
     report_dir = Path(report_dir) if report_dir is not None else output_dir
     from scholar_agents.llm.factory import resolve_model_path  # embedded:smollm2 -> its converted HF dir
@@ -349,8 +354,8 @@ def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | N
                     cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * cfg.expected_world_size)
     report_to = configure_wandb(logging_cfg, report_dir, output_dir)
     model_init_kwargs: dict[str, Any] = {"dtype": torch_dtype(cfg.model_dtype, cfg.use_cpu)}
-    if cfg.attn_implementation:
-        model_init_kwargs["attn_implementation"] = cfg.attn_implementation
+    if attn:
+        model_init_kwargs["attn_implementation"] = attn
 
     args = SFTConfig(
         output_dir=str(output_dir),

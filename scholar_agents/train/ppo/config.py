@@ -32,6 +32,9 @@ class PPOConfig:
 
     # ---- models
     policy_model: str = "embedded:smollm2"  # the SFT crawler: the starting policy AND π_sft (set to its final/ dir)
+    # The model policy_model was fine-tuned from (same architecture): `scholar plan` reads its config while the
+    # checkpoint does not exist yet (ours; the paper preset names Qwen2.5-7B-Instruct). null = none.
+    base_model: str | None = None
     ref_model: str | None = None  # π_sft for the KL term; null = policy_model (the starting checkpoint)
     value_model: str | None = None  # initial V̂_φ backbone; null = policy_model
     value_head: str = "separate"  # separate (a value model, the paper's) | shared (a head on the policy)
@@ -39,6 +42,8 @@ class PPOConfig:
     model_dtype: str = "float32"  # master weights (fp32 on CPU: bf16 weights round lr-1e-6 updates away)
     bf16: bool | None = None  # bf16 autocast for forward passes; null = where the hardware has it
     gradient_checkpointing: bool = False
+    # auto (flash_attention_2 where flash-attn imports and CUDA is there, else sdpa; llm/attention.py) | sdpa |
+    # flash_attention_2 (refused in one line without flash-attn) | eager; null = transformers' default
     attn_implementation: str | None = None
     # A ZeRO JSON (conf/deepspeed/zero3.json: policy, value model and π_sft sharded; zero2.json: optimizer state and
     # gradients sharded, weights replicated); its "auto" values are filled from this config (deepspeed_config.py)
@@ -103,6 +108,10 @@ class PPOConfig:
     score_batch_size: int = 4  # sessions per no-grad forward (old/ref log-probs, values)
     policy_freeze_steps: int = 50
     total_steps: int = 250
+
+    # The longest session (prompt + response, tokens) `scholar plan` and the start-up memory check assume (ours):
+    # null = llm.max_model_len, the engine's bound; shorter for a run (or a GPU check) whose sessions are shorter.
+    plan_seq_len: int | None = None
 
     # ---- run
     seed: int = 0

