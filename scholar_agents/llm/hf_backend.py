@@ -76,10 +76,16 @@ class HFBackend(LLM):
         self._tokenizer = tok
         # With an adapter: merged in fp32 (a small low-rank delta added to bf16 weights would be rounded away, as
         # train/sft.py's save_final notes), then cast to the serving dtype.
-        self.model = AutoModelForCausalLM.from_pretrained(
-            model_path, dtype=torch.float32 if adapter is not None else self.dtype,
-            trust_remote_code=cfg.trust_remote_code
-        )
+        if cfg.init == "random":  # llm.init=random: seeded random weights from the config (llm/model_init.py)
+            from scholar_agents.llm.model_init import load_causal_lm
+
+            self.model = load_causal_lm(model_path, "random", seed=cfg.seed,
+                                        dtype=torch.float32 if adapter is not None else self.dtype)
+        else:
+            self.model = AutoModelForCausalLM.from_pretrained(
+                model_path, dtype=torch.float32 if adapter is not None else self.dtype,
+                trust_remote_code=cfg.trust_remote_code
+            )
         if adapter is not None:  # llm.adapter: a LoRA adapter merged into the weights (llm/adapters.py)
             from scholar_agents.llm.adapters import apply_adapter
 
@@ -90,6 +96,8 @@ class HFBackend(LLM):
         device = torch.device(self.device)
         self._rng_devices = [device.index or 0] if device.type == "cuda" else []
         self.model_id = model_identity(cfg.model, model_path, "hf", str(self.dtype).removeprefix("torch."))
+        if cfg.init == "random":  # never share cached responses with the checkpoint's own weights
+            self.model_id += f"|random:{cfg.seed}"
         if adapter is not None:
             from scholar_agents.llm.adapters import adapter_fingerprint
 
