@@ -65,7 +65,7 @@ def peak_memory_callback(device=None):
                 self.t0 = None
 
         def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs is None or "train_runtime" in logs:  # the end-of-training summary is not an interval
+            if logs is None or "train_loss" in logs:  # the end-of-training summary is not an interval
                 return
             extra = peak_metrics(self._dev(args))
             if self.steps:
