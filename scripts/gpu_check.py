@@ -124,7 +124,8 @@ def ppo_overrides(p: dict, model: Path, work: Path, seq_len: int, attn: str) -> 
 def sft_overrides(p: dict, model: Path, data: Path, out: Path, max_len: int, lora: bool, attn: str) -> list[str]:
     sft = {"model": model, "init": "random", "train_file": data, "output_dir": out, "resume": "false",
            "max_steps": p["steps"], "per_device_train_batch_size": p["sft_batch"], "gradient_accumulation_steps": 1,
-           "max_length": max_len, "model_dtype": p["dtype"], "bf16": p["bf16"], "gradient_checkpointing": p["grad_ckpt"],
+           "max_length": max_len, "model_dtype": p["dtype"], "bf16": p["bf16"],
+           "gradient_checkpointing": p["grad_ckpt"],
            "attn_implementation": attn, "deepspeed": ZERO3, "logging_steps": 1, "save_steps": 1000,
            "save_final": "false", "warmup_ratio": 0.0, "lora.enabled": str(lora).lower()}
     return ["logging.wandb.enabled=false", *[f"sft.{k}={v}" for k, v in sft.items()]]
@@ -146,8 +147,9 @@ def crawl_prompt_len(model: Path) -> int:
     tok = AutoTokenizer.from_pretrained(str(model))
     from omegaconf import OmegaConf
 
-    queries = load_queries(OmegaConf.create({"path": str(REPO / "scholar_agents/assets/sample/autoscholarquery_dev.jsonl"),
-                                             "offset": 0, "limit": 80, "exclude_qids_file": None}))
+    sample = REPO / "scholar_agents" / "assets" / "sample" / "autoscholarquery_dev.jsonl"
+    queries = load_queries(OmegaConf.create({"path": str(sample), "offset": 0, "limit": 80,  # = queries.train
+                                             "exclude_qids_file": None}))
     return max(chat_len(tok, crawler_search_messages(q.question), generation_prompt=True) for q in queries)
 
 

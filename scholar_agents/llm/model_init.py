@@ -32,7 +32,8 @@ def _from_config(auto_cls, path: str | Path, seed: int, **kwargs):
     config = AutoConfig.from_pretrained(str(path))
     # One seed for every model drawn from the same config: the policy, its reference and the value backbone (which
     # builds the same decoder first) start from the same weights, as they would from one checkpoint.
-    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
+    # (only this rank's device: forking every visible GPU's RNG would open a CUDA context on each of them)
+    with torch.random.fork_rng(devices=[torch.cuda.current_device()] if torch.cuda.is_available() else []):
         torch.manual_seed(seed)
         return auto_cls.from_config(config, **kwargs)
 
