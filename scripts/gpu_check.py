@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -43,6 +44,7 @@ GIB = 2 ** 30
 # and plans at 46 / 55 / 64 GiB of the 79.6 (4 layers: 72, too close to the card for a first run; `--plan-only`
 # prints them). SFT 2 and 6 layers (28 / 43 GiB full, 5 / 7 GiB LoRA). Lengths: 4 queries x 256-token responses (the
 # paper's max_new_tokens) on the sample's search prompts; SFT 4 x ~1024 tokens (the paper's max_length).
+BUDGET_S = {"gpu": 480, "cpu": 600}  # no run starts past it (the CPU twin takes ~2.5 min on 2 busy cores)
 PROFILES = {
     "gpu": {"layers": [1, 2, 3], "sft_layers": [2, 6], "flash_layers": 2, "steps": 2, "dtype": "bfloat16",
             "bf16": "true", "grad_ckpt": "true", "response": 256, "sft_len": 1024, "sft_batch": 4, "queries": 4,
@@ -51,6 +53,7 @@ PROFILES = {
             "grad_ckpt": "false", "response": 16, "sft_len": 256, "sft_batch": 2, "queries": 2, "timeout": 300},
 }
 PHASES = ("rollout", "score", "update")
+PPO_EPOCHS = 2  # PaSa Table 9
 
 
 def profile_name(asked: str, plan_only: bool) -> str:
@@ -110,7 +113,7 @@ def ppo_overrides(p: dict, model: Path, work: Path, seq_len: int, attn: str) -> 
            "gradient_checkpointing": p["grad_ckpt"], "attn_implementation": attn, "deepspeed": ZERO3,
            "queries_per_step": p["queries"], "expand_sessions": "[]", "max_new_tokens": p["response"],
            "temperature": 1.0, "use_selector": "false", "policy_freeze_steps": 0, "total_steps": p["steps"],
-           "ppo_epochs": 2, "forward_batch_size": 1, "grad_accum": p["queries"], "score_batch_size": p["queries"],
+           "ppo_epochs": PPO_EPOCHS, "forward_batch_size": 1, "grad_accum": p["queries"], "score_batch_size": p["queries"],
            "init_value_to_mean_return": "false", "rollout_sleep": "false", "eval_at_start": "false",
            "eval_at_end": "false", "save_final": "false", "save_every": 1000, "resume": "false", "seed": 0}
     return ["papers=sample", f"papers.store={work / 'papers' / 'store.sqlite'}",
@@ -216,10 +219,15 @@ def torchrun(args: list[str], run_dir: Path, log: Path, timeout: int) -> tuple[i
     with open(log, "w") as f:
         f.write(" ".join(map(str, cmd)) + "\n")
         f.flush()
+        # its own process group: a timeout ends torchrun AND its worker, which would otherwise keep the GPU
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            rc = subprocess.run(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=timeout).returncode
+            rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
             rc = 124
+            f.write(f"\ngpu_check: killed after {timeout} s\n")
     return rc, time.perf_counter() - t0
 
 
@@ -228,13 +236,18 @@ def _mem(row: dict, phase: str | None) -> tuple[float | None, float | None]:
     return row.get(f"perf/max_memory_allocated_gb{sfx}"), row.get(f"perf/max_memory_reserved_gb{sfx}")
 
 
-def ppo_measured(run_dir: Path) -> list[dict]:
+def ppo_measured(run_dir: Path, epochs: int) -> list[dict]:
     """Per phase of the LAST step (warm; the first pays one-off allocations): peaks, seconds, tokens/s."""
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     last = rows[-1]
-    tokens = {"rollout": last.get("perf/gen_tokens_per_s"), "score": None, "update": None}
     seconds = {"rollout": last.get("timing_s/rollout"), "score": last.get("timing_s/returns"),
                "update": last.get("timing_s/update")}
+    # tokens/s: generated tokens while rolling out; the step's sequence tokens (prompt + response) per second of
+    # scoring, and per second of the update x its ppo_epochs passes
+    seq_tokens = (last.get("perf/throughput") or 0.0) * (last.get("timing_s/step") or 0.0)
+    per_s = lambda n, t: n / t if n and t else None  # noqa: E731
+    tokens = {"rollout": last.get("perf/gen_tokens_per_s"), "score": per_s(seq_tokens, seconds["score"]),
+              "update": per_s(seq_tokens * epochs, seconds["update"])}
     out = []
     for ph in PHASES:
         alloc, reserved = _mem(last, ph)
@@ -282,7 +295,8 @@ def markdown(report: dict) -> str:
             lines.append(f"| slurm probe | — | — | — | — | — | — | — | — | — | — | — | {r['status']} "
                          f"({r['seconds']:.0f} s) |")
             continue
-        size = f"{r['layers']}L {r['params'] / 1e9:.2f}B"
+        n = r["params"]
+        size = f"{r['layers']}L {n / 1e9:.2f}B" if n >= 1e8 else f"{r['layers']}L {n / 1e6:.1f}M"
         for m in r.get("phases") or [{"phase": ph} for ph in (PHASES if r["command"] == "crawler_ppo"
                                                                else ("update",))]:
             planned = (r.get("plan") or {}).get("phases_gib", {}).get(m["phase"])
@@ -304,7 +318,11 @@ def environment(profile: str) -> dict:
         ds = deepspeed.__version__
     except ImportError:
         ds = "missing"
-    device = torch.cuda.get_device_name(0) if profile == "gpu" else f"CPU ({os.cpu_count()} cores)"
+    device = f"CPU ({os.cpu_count()} cores)"
+    if profile == "gpu":  # nvidia-smi, not torch.cuda: this process must not hold a CUDA context beside the runs
+        q = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader", "-i", "0"],
+                           capture_output=True, text=True)
+        device = q.stdout.strip() or "CUDA device (nvidia-smi unavailable)"
     return {"device": device, "torch": torch.__version__, "transformers": transformers.__version__, "deepspeed": ds,
             "backend": "nccl" if profile == "gpu" else "gloo", "python": sys.version.split()[0]}
 
@@ -361,6 +379,7 @@ def main() -> int:
                             out / "logs" / "slurm_probe.log", 120)
         runs.append({"name": "slurm_probe", "command": "slurm_probe", "status": "ok" if rc == 0 else f"failed rc={rc}",
                      "seconds": round(secs, 1), "log": str(out / "logs" / "slurm_probe.log")})
+    budget = BUDGET_S[profile]
     for name, command, layers, attn, model, make in specs:
         run_dir = out / "runs" / name
         overrides = [str(x) for x in make(run_dir)]
@@ -369,11 +388,16 @@ def main() -> int:
         if a.plan_only:
             print(name, json.dumps(rec["plan"]))
             continue
+        if time.perf_counter() - t_start > budget:  # the check ends within its budget; what is left is named
+            rec.update(status=f"skipped: past the {budget} s budget", phases=None)
+            runs.append(rec)
+            continue
         log = out / "logs" / f"{name}.log"
-        rc, secs = torchrun(["train", command, *overrides], run_dir, log, p["timeout"])
+        left = budget + 60 - (time.perf_counter() - t_start)  # a run started near the end may overrun by 1 min
+        rc, secs = torchrun(["train", command, *overrides], run_dir, log, int(min(p["timeout"], max(left, 30))))
         rec.update(seconds=round(secs, 1), log=str(log), status="ok" if rc == 0 else f"failed rc={rc}")
         try:
-            rec["phases"] = ppo_measured(run_dir) if command == "crawler_ppo" else sft_measured(run_dir)
+            rec["phases"] = ppo_measured(run_dir, PPO_EPOCHS) if command == "crawler_ppo" else sft_measured(run_dir)
         except (OSError, KeyError, IndexError, json.JSONDecodeError) as e:
             rec["phases"] = None
             rec["status"] += f" (no metrics: {type(e).__name__})"
@@ -384,8 +408,8 @@ def main() -> int:
     if a.plan_only:
         return 0
     report = {"profile": profile, "environment": environment(profile), "runs": runs,
-              "total_seconds": round(time.perf_counter() - t_start, 1), "budget_seconds": 480 if profile == "gpu"
-              else 180, "phases": list(PHASES)}
+              "total_seconds": round(time.perf_counter() - t_start, 1), "budget_seconds": budget,
+              "phases": list(PHASES)}
     (out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
     (out / "gpu_check.md").write_text(markdown(report))
     print(markdown(report))
