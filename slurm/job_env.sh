@@ -35,7 +35,9 @@ export WANDB_MODE="${WANDB_MODE:-offline}"
 export WANDB_DIR="${WANDB_DIR:-$SCHOLAR_OUTPUTS}"
 export TOKENIZERS_PARALLELISM=false
 export PYTHONUNBUFFERED=1
-# Fail fast on a hung collective instead of burning the allocation (torch's NCCL watchdog).
+# Fail fast on a hung collective instead of burning the allocation (torch's NCCL watchdog). The watchdog's limit is
+# the process group's timeout, cluster.dist_timeout_minutes (120; NCCL's own default is 10): long enough for rank 0
+# building the index or writing a checkpoint while the others wait (docs/cluster.md, "NCCL, timeouts and rank-0 work").
 export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}"
 

@@ -108,7 +108,7 @@ def test_selector_sft_two_processes_match_one(sft_single, tiny_model_dir, tmp_pa
     from scholar_agents.hydra_app import CONF_DIR
 
     args = ["train", "selector_sft", *_sft_overrides(tiny_model_dir, sft_single / "pairs.jsonl", tmp_path / "ckpt",
-                                                     per_device=2)]
+                                                     per_device=2), "cluster.dist_timeout_minutes=45"]
     if deepspeed:
         args.append(f"sft.deepspeed={CONF_DIR / 'deepspeed' / f'{deepspeed}.json'}")
     torchrun(args, tmp_path / "run", tmp_path / "torchrun.log")
@@ -116,6 +116,9 @@ def test_selector_sft_two_processes_match_one(sft_single, tiny_model_dir, tmp_pa
     assert two["world_size"] == 2 and two["effective_batch"] == 4 and two["global_step"] == 3
     # DeepSpeed's communication backend announces itself; plain DDP never starts it.
     assert ("deepspeed_shm_comm" in (tmp_path / "torchrun.log").read_text()) == bool(deepspeed)
+    # the HF Trainer started the group with cluster.dist_timeout_minutes (ddp_timeout), on each rank
+    logs = (tmp_path / "torchrun.log").read_text() + "".join(p.read_text() for p in (tmp_path / "run").rglob("*.log"))
+    assert logs.count("process group: backend gloo, world 2, timeout 45 min, collectives on cpu") >= 2, logs[-3000:]
     one_losses, two_losses = _losses(sft_single / "run" / "sft_summary.json"), _losses(
         tmp_path / "run" / "sft_summary.json")
     assert len(one_losses) == len(two_losses) == 3

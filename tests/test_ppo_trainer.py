@@ -181,9 +181,10 @@ def test_lora_reference_is_the_disabled_adapter_and_the_engine_gets_merged_weigh
 @pytest.mark.slow  # three interpreters starting torch + transformers: ~60 s on 2 idle cores, minutes when loaded
 def test_torchrun_two_processes_match_one_process(tiny_model_dir, ppo_papers, tmp_path):
     """One PPO step (co-training) with 2 gloo processes x 2 queries == 1 process x 4 queries (same global batch,
-    greedy rollouts, no expansion): same losses and the same weights, within float tolerance."""
+    greedy rollouts, no expansion): same losses and the same weights, within float tolerance. The held-out
+    evaluation at the end, split across the 2 ranks (one query each) and gathered, == one process crawling both."""
     ppo = {"policy_freeze_steps": 0, "total_steps": 1, "temperature": 0.0, "expand_sessions": "[]",
-           "forward_batch_size": 1, "grad_accum": 4, "ppo_epochs": 1}
+           "forward_batch_size": 1, "grad_accum": 4, "ppo_epochs": 1, "eval_at_end": "true"}
     common = tiny_overrides(tiny_model_dir, ppo_papers, tmp_path, **ppo)
     common = [o for o in common if not o.startswith(("paths.output_dir", "ppo.queries_per_step"))]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled"}
@@ -198,6 +199,8 @@ def test_torchrun_two_processes_match_one_process(tiny_model_dir, ppo_papers, tm
         single.close()
     out = proc.communicate(timeout=900)[0]
     assert proc.returncode == 0, out[-3000:]
+    # accelerate started the group with cluster.dist_timeout_minutes (120 by default), not gloo's 30 / NCCL's 10
+    assert out.count("process group: backend gloo, world 2, timeout 120 min, collectives on cpu") == 2, out[-3000:]
     one = json.loads((tmp_path / "one" / "metrics.jsonl").read_text().splitlines()[0])
     two = json.loads((tmp_path / "two" / "metrics.jsonl").read_text().splitlines()[0])
     assert one["rollout/sessions"] == 4 and two["rollout/sessions"] == 2  # per process, averaged over ranks
@@ -209,3 +212,8 @@ def test_torchrun_two_processes_match_one_process(tiny_model_dir, ppo_papers, tm
     w2 = load_file(str(tmp_path / "two" / "checkpoints" / "step_000001" / "policy" / "model.safetensors"))
     for k in w1:
         torch.testing.assert_close(w1[k], w2[k], atol=1e-5, rtol=1e-4)
+    e1, e2 = (json.loads((tmp_path / d / "metrics.json").read_text())["eval"] for d in ("one", "two"))
+    assert e1["queries"] == e2["queries"] == 2
+    assert {k: v for k, v in e1.items() if k != "seconds"} == {k: v for k, v in e2.items() if k != "seconds"}
+    rows = [[json.loads(x) for x in (tmp_path / d / "eval_end.jsonl").read_text().splitlines()] for d in ("one", "two")]
+    assert [r["qid"] for r in rows[0]] == [r["qid"] for r in rows[1]]  # gathered in query order

@@ -1,5 +1,6 @@
-"""The hardware a run is planned for: ``conf/cluster/*.yaml`` (schema ``base_cluster``), read by ``scholar plan`` and by
-the start-up memory check of ``train crawler_ppo``. Free of heavy imports: every root config composes it."""
+"""The hardware a run is planned for: ``conf/cluster/*.yaml`` (schema ``base_cluster``), read by ``scholar plan``, by
+the start-up memory check of ``train crawler_ppo`` and, for the process-group timeout, by every multi-process command.
+Free of heavy imports: every root config composes it."""
 
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ class ClusterConfig:
     headroom_gib: float = 5.0
     # `train crawler_ppo` refuses to start a plan that does not fit these GPUs (false: start anyway).
     memory_check: bool = True
+    # torch.distributed process-group timeout (minutes) for every multi-process command (PPO, SFT, the Slurm probe):
+    # how long a rank may wait in a collective while another works alone — rank 0 building the paper index, a
+    # ~30 GB ZeRO-3 checkpoint write. Our choice: 120, for the paper-scale PPO; torch's defaults (NCCL 10 min, gloo
+    # 30) kill such jobs under TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (slurm/job_env.sh). A hung job still dies, later.
+    dist_timeout_minutes: float = 120.0
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -28,6 +34,8 @@ class ClusterConfig:
                              f"cluster.gpu_memory_gib (total memory of one card in GiB, e.g. 79.6 for an H100 80GB)")
         if self.headroom_gib < 0 or self.cpu_memory_gib < 0:
             raise ValueError("cluster.headroom_gib and cluster.cpu_memory_gib must be >= 0")
+        if not self.dist_timeout_minutes > 0:
+            raise ValueError(f"cluster.dist_timeout_minutes must be > 0 (minutes), got {self.dist_timeout_minutes}")
 
     @property
     def world_size(self) -> int:

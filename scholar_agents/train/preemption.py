@@ -234,16 +234,10 @@ class PreemptionHandler:
         if not sync:
             return flag
         try:
-            import torch
-            import torch.distributed as dist
+            from scholar_agents.train import collectives  # imports torch: not at this module's import (hydra_app's)
         except ImportError:
             return flag
-        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-            return flag
-        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-        t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return bool(t.item())
+        return collectives.any_process(flag)
 
     def exit_for_requeue(self, code: int = REQUEUE_EXIT_CODE) -> None:
         """Leave after the checkpoint is on disk: requeue the Slurm job (global rank 0, when ``requeue``), flush

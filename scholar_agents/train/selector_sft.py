@@ -16,7 +16,8 @@ log = logging.getLogger(__name__)
 
 
 def selector_sft(cfg: DictConfig) -> dict:
-    summary = run_sft(cfg.sft, logging_cfg=cfg.get("logging"), report_dir=output_dir(cfg))
+    summary = run_sft(cfg.sft, logging_cfg=cfg.get("logging"), report_dir=output_dir(cfg),
+                      dist_timeout_minutes=(cfg.get("cluster") or {}).get("dist_timeout_minutes"))
     log.info("selector SFT: %d steps, loss %s, model in %s", summary["global_step"],
              "n/a" if summary["train_loss"] is None else f"{summary['train_loss']:.4f}",
              summary["final_dir"])

@@ -314,9 +314,12 @@ def _as_config(cfg: SFTRecipeConfig | DictConfig) -> DictConfig:
 
 
 def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = None,
-                  report_dir: str | Path | None = None, fit_head: bool = True):
+                  report_dir: str | Path | None = None, fit_head: bool = True,
+                  dist_timeout_minutes: float | None = None):
     """The configured TRL ``SFTTrainer`` (data read, converted, length-filtered and tokenized with labels) and a
-    dict describing the run. ``trainer.train_dataset[i]["labels"]`` is -100 wherever no loss is taken."""
+    dict describing the run. ``trainer.train_dataset[i]["labels"]`` is -100 wherever no loss is taken.
+    ``dist_timeout_minutes`` (``cluster.dist_timeout_minutes``) is the process group's timeout, which the HF
+    Trainer passes to accelerate (``ddp_timeout``); None keeps transformers' 30 minutes."""
     import torch  # noqa: F401  (fail early with a clear ImportError)
     from datasets import Dataset
     from peft import LoraConfig
@@ -389,6 +392,7 @@ def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | N
         packing=False,
         model_init_kwargs=model_init_kwargs,
         include_num_input_tokens_seen="non_padding",  # tokens/s in the logs (train/cuda_memory.py)
+        **({"ddp_timeout": int(round(dist_timeout_minutes * 60))} if dist_timeout_minutes else {}),
     )
     peft_config = None
     if cfg.lora.enabled:
@@ -484,7 +488,7 @@ def _load_adapted_model(model_path: str, init_kwargs: dict, cfg: DictConfig):
 
 
 def run_sft(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = None,
-            report_dir: str | Path | None = None) -> dict:
+            report_dir: str | Path | None = None, dist_timeout_minutes: float | None = None) -> dict:
     """Fine-tune, checkpoint, resume, and save ``<output_dir>/final`` as a loadable HF directory.
     Returns a summary (also written to ``final/SFT_DONE.json`` and ``report_dir/sft_summary.json``).
 
@@ -512,8 +516,13 @@ def run_sft(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = 
     saved_env = {k: os.environ.get(k) for k in ("WANDB_RUN_ID", "WANDB_RESUME", "WANDB_MODE")}
     handler = PreemptionHandler.install()
     try:
+        from scholar_agents.train import collectives
+
+        if dist_timeout_minutes:  # our group, with our timeout: the HF Trainer adopts it
+            collectives.start_group_for_trainer(dist_timeout_minutes, cpu=bool(cfg.use_cpu))
         trainer, info = build_trainer(cfg, logging_cfg=logging_cfg, report_dir=report_dir,
-                                      fit_head=resume_from is None)
+                                      fit_head=resume_from is None, dist_timeout_minutes=dist_timeout_minutes)
+        log.info("process group: %s; model on %s", collectives.describe(dist_timeout_minutes), trainer.args.device)
         preempted = trainer_callback(handler)
         trainer.add_callback(preempted)
         from scholar_agents.train.cuda_memory import peak_memory_callback

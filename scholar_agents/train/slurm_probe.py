@@ -5,7 +5,9 @@ rendezvous across the allocation, checkpoint + requeue on a preemption signal, r
 
 The "model" is a linear regression on synthetic data (y = X w* + noise), trained with SGD; its loss goes down
 in a few steps on one CPU, so a sweep over ``probe.lr`` gives a real, readable table. Under torchrun it runs as
-DDP (gloo on CPU, NCCL on GPUs) and checks that an all-reduce over every rank adds up. It uses the same
+DDP — NCCL with model and batches on ``cuda:LOCAL_RANK`` when CUDA is there, else gloo on the CPU — with the process
+group timeout ``cluster.dist_timeout_minutes``, and checks that an all-reduce over every rank adds up (through
+:mod:`scholar_agents.train.collectives`, like the trainers). It uses the same
 preemption glue (:mod:`scholar_agents.train.preemption`) the trainers use: SIGTERM/SIGUSR1/SIGUSR2 → checkpoint
 at the next step boundary → ``scontrol requeue`` → exit 75 → the requeued job resumes from the checkpoint.
 
@@ -29,6 +31,7 @@ from typing import Optional
 from omegaconf import DictConfig, OmegaConf
 
 from scholar_agents import hydra_app
+from scholar_agents.plan.cluster import ClusterConfig
 from scholar_agents.train import preemption
 
 log = logging.getLogger(__name__)
@@ -80,18 +83,26 @@ def _save_checkpoint(path: Path, model, optimizer, step: int, losses: list[float
     os.replace(tmp, path)  # atomic: a kill during the save leaves the previous checkpoint intact
 
 
-def _init_distributed():
-    """torch.distributed from torchrun's environment; None when launched as a single process."""
-    import torch
-    import torch.distributed as dist
+def _init_distributed(timeout_minutes: float) -> str | None:
+    """torch.distributed from torchrun's environment (also a torchrun of one process: the GPU check runs the probe
+    that way under NCCL); None, and no group, when launched as a single process without torchrun. Returns the
+    backend: NCCL when CUDA is available, else gloo."""
+    from scholar_agents.train import collectives
 
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 and not os.environ.get("TORCHELASTIC_RUN_ID"):
         return None
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(backend=backend)
-    return dist
+    return collectives.init_process_group(timeout_minutes)
+
+
+def _placement(backend: str | None):
+    """(device, DDP keyword arguments) for the model and its batches: this rank's GPU under NCCL (DDP's
+    ``device_ids``: one device per process), the CPU under gloo or without a process group."""
+    import torch
+
+    from scholar_agents.train import collectives
+
+    device = collectives.collective_device(backend) if backend else torch.device("cpu")
+    return device, ({"device_ids": [device.index], "output_device": device.index} if device.type == "cuda" else {})
 
 
 def probe(cfg: DictConfig) -> dict:
@@ -100,10 +111,14 @@ def probe(cfg: DictConfig) -> dict:
     p = SlurmProbeConfig(**OmegaConf.to_container(cfg.probe, resolve=True))
     if p.steps < 1 or p.batch_size < 1 or p.dim < 1:
         raise ValueError(f"probe.steps, probe.batch_size and probe.dim must be >= 1 (got {p})")
+    from scholar_agents.train import collectives
+
+    timeout_min = float((cfg.get("cluster") or {}).get("dist_timeout_minutes") or ClusterConfig.dist_timeout_minutes)
     handler = preemption.PreemptionHandler.install()
-    dist = _init_distributed()
-    rank = dist.get_rank() if dist else 0
-    world = dist.get_world_size() if dist else 1
+    backend = _init_distributed(timeout_min)
+    rank, world = collectives.rank(), collectives.world_size()
+    device, ddp_kwargs = _placement(backend)
+    log.info("probe: %s; model and batches on %s", collectives.describe(timeout_min), device)
     out_dir = hydra_app.output_dir(cfg)
     ckpt_dir = Path(p.checkpoint_dir) if p.checkpoint_dir else out_dir
     ckpt_dir.mkdir(parents=True, exist_ok=True)
@@ -112,31 +127,31 @@ def probe(cfg: DictConfig) -> dict:
     torch.manual_seed(p.seed)
     model = torch.nn.Linear(p.dim, 1, bias=False)
     torch.nn.init.zeros_(model.weight)
+    model.to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=p.lr)
-    w_true = _true_weights(p.dim, p.seed)
+    w_true = _true_weights(p.dim, p.seed)  # CPU, like the batches' generators; batches move to `device`
     start_step, losses, restarts = 0, [], []
     if ckpt_path.exists():
         # weights_only: a checkpoint is data, never code (torch.load's safe mode).
-        state = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+        state = torch.load(ckpt_path, map_location=device, weights_only=True)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start_step, losses, restarts = int(state["step"]), list(state["losses"]), list(state["restarts"])
         log.info("resumed from %s at step %d (restart %d)", ckpt_path, start_step, preemption.restart_count())
     resumed_from = start_step
     restarts.append(preemption.restart_count())
-    ddp = torch.nn.parallel.DistributedDataParallel(model) if dist else model
+    ddp = torch.nn.parallel.DistributedDataParallel(model, **ddp_kwargs) if backend else model
 
     allreduce_ok = None
-    if dist:  # every rank contributes its rank + 1: the sum must be world * (world + 1) / 2
-        t = torch.tensor([float(rank + 1)], device="cuda" if dist.get_backend() == "nccl" else "cpu")
-        dist.all_reduce(t)
+    if backend:  # every rank contributes its rank + 1 (a CPU tensor: the module moves it): world * (world + 1) / 2
+        t = collectives.all_reduce(torch.tensor([float(rank + 1)]))
         allreduce_ok = bool(abs(t.item() - world * (world + 1) / 2) < 1e-6)
 
     log.info("training from step %d to %d (rank %d of %d, restart %d)", start_step, p.steps, rank, world,
              preemption.restart_count())
     t0 = time.time()
     for step in range(start_step, p.steps):
-        x, y = _batch(step, p, w_true, rank)
+        x, y = (t.to(device) for t in _batch(step, p, w_true, rank))
         loss = torch.nn.functional.mse_loss(ddp(x), y)
         optimizer.zero_grad()
         loss.backward()
@@ -151,12 +166,11 @@ def probe(cfg: DictConfig) -> dict:
         if stop:
             log.warning("preemption requested (%s): checkpointed at step %d/%d", ",".join(handler.received),
                         done, p.steps)
-            if dist:
-                dist.barrier()
+            collectives.barrier()
             handler.exit_for_requeue()
 
     with torch.no_grad():
-        weight_error = float((model.weight.detach().T - w_true).norm())
+        weight_error = float((model.weight.detach().cpu().T - w_true).norm())
     metrics = {
         "final_loss": losses[-1] if losses else None,
         "initial_loss": losses[0] if losses else None,
@@ -168,6 +182,9 @@ def probe(cfg: DictConfig) -> dict:
         "restart_count": preemption.restart_count(),
         "world_size": world,
         "allreduce_ok": allreduce_ok,
+        "backend": backend,
+        "device": str(device),
+        "dist_timeout_minutes": timeout_min,
         "cuda_devices": torch.cuda.device_count(),
         "seconds": round(time.time() - t0, 3),
         "host": socket.gethostname(),
@@ -180,9 +197,9 @@ def probe(cfg: DictConfig) -> dict:
         log.info("probe: loss %.4f -> %.4f in %d steps (resumed from %d), world %d, slurm %s",
                  metrics["initial_loss"], metrics["final_loss"], p.steps, resumed_from, world,
                  metrics["slurm"].get("job_id", "-"))
-    if dist:
-        dist.barrier()
-        dist.destroy_process_group()
+    if backend:
+        collectives.barrier()
+        collectives.shutdown()
     # The handler stays installed until the process exits: a preemption signal that arrives after the last step
     # must not kill a finished job (it would be recorded as FAILED).
     return metrics

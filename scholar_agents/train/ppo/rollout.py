@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 from scholar_agents.eval.pasa_metrics import norm_id
 from scholar_agents.llm import LLM, build_llm
@@ -35,6 +34,7 @@ from scholar_agents.pasa.crawl_env import CrawlEnv, Session
 from scholar_agents.pasa.crawler import Crawler, CrawlerConfig
 from scholar_agents.pasa.queries import ScholarQuery
 from scholar_agents.pasa.trajectory import EXECUTED, SessionRecord
+from scholar_agents.train import collectives
 from scholar_agents.train.ppo.rewards import RewardConfig, action_reward
 
 log = logging.getLogger(__name__)
@@ -339,7 +339,7 @@ class RolloutEngine:
             raise ValueError(f"ppo.rollout_sync must be one of {list(SYNC_MODES)}, got {sync!r}")
         self.sync_mode = sync
         self.work_dir = Path(work_dir)
-        self.rank, self.world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+        self.rank, self.world = collectives.rank(), collectives.world_size()
         self.model_path = resolve_model_path(self.cfg.model)
         self.sleeps = self._sleep_switch(sleep)
         if self.cfg.backend == "vllm":

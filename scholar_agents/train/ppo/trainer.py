@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from scholar_agents.train import collectives
 from scholar_agents.train.ppo.checkpoint import (
     latest_checkpoint,
     load_optimizer_and_scheduler,
@@ -217,6 +218,12 @@ def _chunks(seq: Sequence, n: int) -> list:
     return [seq[i:i + n] for i in range(0, len(seq), n)]
 
 
+def gather_in_rank_order(rows: list) -> list:
+    """Every rank's ``rows`` concatenated in rank order (each rank's share of :func:`split_even`, so: the original
+    order). One object all-gather; at world size 1, ``rows`` itself."""
+    return [r for part in collectives.all_gather_object(rows) for r in part]
+
+
 def split_even(items: Sequence, parts: int) -> list[list]:
     """``items`` in ``parts`` consecutive groups whose sizes differ by at most one (some may be empty)."""
     q, r = divmod(len(items), parts)
@@ -239,12 +246,14 @@ class PPOTrainer:
 
     def __init__(self, cfg: DictConfig, run_dir: Path):
         from accelerate import Accelerator
+        from accelerate.utils import InitProcessGroupKwargs
 
         from scholar_agents.llm.factory import resolve_model_path
         from scholar_agents.llm.precision import cpu_supports_bf16
         from scholar_agents.pasa.commands import Resources, load_queries
         from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
         from scholar_agents.pasa.crawler import CrawlerConfig
+        from scholar_agents.plan.cluster import ClusterConfig
 
         self.cfg = cfg
         self.pcfg = p = to_ppo_config(cfg.ppo)
@@ -258,7 +267,15 @@ class PPOTrainer:
         self.zero3 = self.deepspeed and zero_stage(self.ds_config) == 3
         # accelerate gives us the processes (torch.distributed, gloo on CPU); DeepSpeed engines are built with
         # DeepSpeed's own API below, the same on CPU and GPU (accelerate ignores a DeepSpeed plugin with cpu=True).
-        self.accelerator = Accelerator(cpu=use_cpu)
+        # The group's timeout is how long a rank may wait in a collective while another works alone (rank 0 building
+        # the index, a checkpoint write): cluster.dist_timeout_minutes, not NCCL's 10-minute default.
+        timeout_min = float((cfg.get("cluster") or {}).get("dist_timeout_minutes")
+                            or ClusterConfig.dist_timeout_minutes)
+        # (no backend= here: accelerate would take any backend as "distributed", one process too; it picks gloo on CPU,
+        # NCCL on GPUs)
+        backend = "gloo" if use_cpu else "nccl"
+        self.accelerator = Accelerator(cpu=use_cpu, kwargs_handlers=[
+            InitProcessGroupKwargs(timeout=collectives.timeout(timeout_min))])
         if self.deepspeed:
             import deepspeed
 
@@ -268,10 +285,12 @@ class PPOTrainer:
                 os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                                   MASTER_PORT=str(_free_port()))
             # DeepSpeed's comm layer adopts the process group accelerate started (zero.Init and the engines use it)
-            deepspeed.init_distributed(dist_backend="gloo" if use_cpu else "nccl", auto_mpi_discovery=False)
+            deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
+                                       timeout=collectives.timeout(timeout_min))
         acc = self.accelerator
         self.rank, self.world = acc.process_index, acc.num_processes
         self.device = acc.device
+        log.info("process group: %s; models on %s", collectives.describe(timeout_min), self.device)
         # bf16 autocast where the hardware computes it natively (AMX / AVX512-BF16 CPUs, Ampere+ GPUs)
         native_bf16 = cpu_supports_bf16() if use_cpu else torch.cuda.is_bf16_supported()
         self.bf16 = native_bf16 if p.bf16 is None else bool(p.bf16)
@@ -286,13 +305,17 @@ class PPOTrainer:
         self.start_step = int(state.get("step", 0))
         set_seed(p.seed + 1000 * self.rank)
 
-        # ---- data, environment, reward model (rank 0 builds store/indexes first; the others then reuse them)
+        # ---- data, environment, reward model: rank 0 builds the store and indexes first while the others wait in
+        # a barrier (up to the group's timeout), then they load rank 0's build read-only
+        t_build = time.perf_counter()
         if self.rank != 0:
-            acc.wait_for_everyone()
+            collectives.barrier()
         self.res = Resources(cfg)
         self.search = self.res.search()
         if self.rank == 0:
-            acc.wait_for_everyone()
+            log.info("paper store and search index ready in %.1f s (the other ranks load this build)",
+                     time.perf_counter() - t_build)
+            collectives.barrier()
         self.train_queries = load_queries(cfg.queries.train)
         self.eval_queries = [q for q in load_queries(cfg.queries.eval) if q.gold_ids]
         overlap = {q.qid for q in self.train_queries} & {q.qid for q in self.eval_queries}
@@ -494,7 +517,7 @@ class PPOTrainer:
         """How many forward passes this rank runs for ``n_local`` of its own: under ZeRO-3 every forward all-gathers
         each layer's parameters, a collective, so every rank runs as many as the busiest rank (the extra ones on
         :meth:`_dummy_batch`, their outputs dropped)."""
-        return max(self._all_gather_int(n_local)) if self.zero3 else n_local
+        return max(collectives.all_gather_int(n_local)) if self.zero3 else n_local
 
     def _dummy_batch(self) -> Packed:
         pad = self.tokenizer.pad_token_id
@@ -646,7 +669,7 @@ class PPOTrainer:
         diff = np.concatenate([t.returns[m] - v[m] for t, v, m in zip(targets, values, vm)]) if targets else np.zeros(0)
         # sums and counts, not per-process means: processes hold different numbers of value tokens, and the shift
         # must be what one process holding the whole global batch would compute
-        tot = self._mean_over_processes({"diff_sum": float(diff.sum()), "count": float(len(diff))})
+        tot = collectives.mean_over_processes({"diff_sum": float(diff.sum()), "count": float(len(diff))})
         gap = tot["diff_sum"] / max(tot["count"], 1.0)
         model = self.accelerator.unwrap_model(self.model)
         bias = (model.value_head if model.shared else model.value.head).bias
@@ -681,7 +704,7 @@ class PPOTrainer:
         p = self.pcfg
         self.model.train()
         n_local = len(samples)
-        counts = self._all_gather_int(n_local)
+        counts = collectives.all_gather_int(n_local)
         n_mb = max(1, max(math.ceil(c / (p.forward_batch_size * p.grad_accum)) for c in counts))
         sums: dict[str, float] = {}
         n_terms = 0
@@ -737,10 +760,7 @@ class PPOTrainer:
         local = [[float(sum(len(samples[i].response_ids) for i in mb)),
                   float(sum(targets[i].value_mask.sum() for i in mb))] for mb in minibatches]
         t = torch.tensor(local, dtype=torch.float64, device=self.device).reshape(len(minibatches), 2)
-        if self.world > 1:
-            import torch.distributed as dist
-
-            dist.all_reduce(t)
+        collectives.all_reduce(t)
         return [(float(a), float(b)) for a, b in t.tolist()]
 
     def _micro_loss(self, samples, targets, logp_old, values_old, frozen: bool, n_tokens: float | None = None,
@@ -798,11 +818,8 @@ class PPOTrainer:
                 q.grad = None
         params = self.value_params if frozen else self.policy_params + self.value_params
         if self.world > 1:
-            import torch.distributed as dist
-
             grads = [q.grad if q.grad is not None else torch.zeros_like(q) for q in params]
-            flat = torch.cat([g.reshape(-1).float() for g in grads])
-            dist.all_reduce(flat)
+            flat = collectives.all_reduce(torch.cat([g.reshape(-1).float() for g in grads]))
             i = 0
             for q, gr in zip(params, grads):
                 n = gr.numel()
@@ -827,25 +844,6 @@ class PPOTrainer:
             masters = [zero.single_partition_of_fp32_groups[0]]
         for t in masters:
             zero.optimizer.state.pop(t, None)
-
-    def _all_gather_int(self, x: int) -> list[int]:
-        if self.world == 1:
-            return [x]
-        import torch.distributed as dist
-
-        out = [torch.zeros(1, dtype=torch.long) for _ in range(self.world)]
-        dist.all_gather(out, torch.tensor([x], dtype=torch.long))
-        return [int(t.item()) for t in out]
-
-    def _mean_over_processes(self, metrics: dict) -> dict:
-        if self.world == 1:
-            return metrics
-        import torch.distributed as dist
-
-        keys = sorted(metrics)
-        t = torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64)
-        dist.all_reduce(t)
-        return {k: float(v) / self.world for k, v in zip(keys, t.tolist())}
 
     def train_step(self, step: int) -> dict:
         from scholar_agents.train.cuda_memory import peak_metrics, reset_peak
@@ -874,34 +872,41 @@ class PPOTrainer:
         dt = time.perf_counter() - t0
         metrics = {**m, **m2, **m3, **mem, "timing_s/rollout": t_rollout, "timing_s/update": t_update,
                    "timing_s/sync": t_sync, "timing_s/step": dt, "perf/throughput": tokens / max(dt, 1e-9)}
-        return self._mean_over_processes(metrics)
+        return collectives.mean_over_processes(metrics)
 
     # ---- evaluation: crawler recall on held-out queries through the eval harness ----
 
     def evaluate(self, tag: str) -> dict:
-        """Greedy crawls of the held-out queries with the current policy (rank 0), scored by ``eval pasa``'s
-        code: crawler recall (gold papers in the queue) and crawler actions ([Search] + [Expand], Table 6)."""
+        """Greedy crawls of the held-out queries with the current policy, scored by ``eval pasa``'s code: crawler
+        recall (gold papers in the queue) and crawler actions ([Search] + [Expand], Table 6). Every rank crawls its
+        consecutive share of the queries (:func:`split_even`) on its own engine; rank 0 gathers the per-query rows in
+        query order and summarises them — the same rows and metrics as one process crawling them all, in a
+        ``world``-th of the time, and no rank waits alone for the whole split."""
         from scholar_agents.eval.pasa import agent_rows, gold_in_store, summarize
         from scholar_agents.pasa.agent import AgentConfig, PaSaAgent
         from scholar_agents.pasa.crawl_env import CrawlEnv
 
         if not self.eval_queries:
             return {}
-        out: dict = {}
-        if self.accelerator.is_main_process:
-            t0 = time.perf_counter()
+        t0 = time.perf_counter()
+        mine = split_even(self.eval_queries, self.world)[self.rank]
+        rows: list[dict] = []
+        if mine:
             env = CrawlEnv(self.res.store, self.search, self.env_cfg, tokenizer=self.engine.tokenizer)
             agent = PaSaAgent(env, self.engine.crawler(self.eval_policy), None, AgentConfig(use_selector=False))
-            results = agent.run(self.eval_queries, progress=False)
-            rows = agent_rows(results, self.eval_queries, gold_in_store(self.eval_queries, self.res.store))
+            results = agent.run(mine, progress=False)
+            rows = agent_rows(results, mine, gold_in_store(mine, self.res.store))
+        rows = gather_in_rank_order(rows)
+        out: dict = {}
+        if self.accelerator.is_main_process:
             s = summarize({"crawler": rows})["crawler"]
             out = {"crawler_recall": s.get("crawler_recall"), "crawler_actions": s.get("actions"),
                    "sessions": s.get("sessions"), "queue": s.get("n_queue"), "queries": s.get("queries"),
                    "seconds": round(time.perf_counter() - t0, 1)}
             (self.run_dir / f"eval_{tag}.jsonl").write_text("".join(json.dumps(r, default=str) + "\n" for r in rows))
-            log.info("eval %s: crawler recall %.4f, actions %.2f on %d held-out queries", tag,
-                     out["crawler_recall"] or 0.0, out["crawler_actions"] or 0.0, len(self.eval_queries))
-        self.accelerator.wait_for_everyone()
+            log.info("eval %s: crawler recall %.4f, actions %.2f on %d held-out queries (%d ranks)", tag,
+                     out["crawler_recall"] or 0.0, out["crawler_actions"] or 0.0, len(self.eval_queries), self.world)
+        collectives.barrier()
         return out
 
     # ---- checkpoints ----
@@ -924,7 +929,7 @@ class PPOTrainer:
         engine_write = (lambda d: self.model.save_checkpoint(str(d / "deepspeed"))) if self.deepspeed else None
         return save_checkpoint(self.ckpt_dir, step, write_models, None if self.deepspeed else self.optimizer,
                                self.scheduler, state, {"expand_rng": python_rng_to_json(self.expand_rng)},
-                               rank=self.rank, barrier=self.accelerator.wait_for_everyone, keep_last=p.keep_last,
+                               rank=self.rank, barrier=collectives.barrier, keep_last=p.keep_last,
                                collective_write=engine_write)
 
     # ---- the loop ----
