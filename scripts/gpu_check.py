@@ -42,7 +42,7 @@ GIB = 2 ** 30
 # and 3 decoder layers for PPO (1.3B, 1.6B, 1.8B parameters in the policy): it holds policy + value model with fp32
 # Adam states under ZeRO-3 at world size 1 (16 B per trained parameter) plus π_sft and the hf rollout engine in bf16,
 # and plans at 46 / 55 / 64 GiB of the 79.6 (4 layers: 72, too close to the card for a first run; `--plan-only`
-# prints them). SFT 2 and 6 layers (28 / 43 GiB full, 5 / 7 GiB LoRA). Lengths: 4 queries x 256-token responses (the
+# prints them). SFT 2 and 6 layers (35 / 51 GiB full, 12 / 14 GiB LoRA). Lengths: 4 queries x 256-token responses (the
 # paper's max_new_tokens) on the sample's search prompts; SFT 4 x ~1024 tokens (the paper's max_length).
 BUDGET_S = {"gpu": 480, "cpu": 600}  # no run starts past it (the CPU twin takes ~2.5 min on 2 busy cores)
 PROFILES = {
