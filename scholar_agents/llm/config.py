@@ -19,6 +19,9 @@ class LLMConfig:
     # merged once into a cached checkpoint (${cache}/models/merged/...); openai: refused (the server holds the
     # weights). null = the model as is.
     adapter: Optional[str] = None
+    # pretrained (the weights in `model`) | random (ours, issue 28: seeded random weights from `model`'s config.json,
+    # hf backend only — memory/speed checks without a checkpoint; PPO sets it from ppo.policy_init)
+    init: str = "pretrained"
     dtype: str = "auto"  # auto (bf16 where the CPU/GPU supports it, else fp32) | bfloat16 | float16 | float32
     device: str = "auto"  # auto | cpu | cuda | cuda:N  (hf backend)
     batch_size: int = 16  # prompts per forward pass (hf backend)

@@ -51,6 +51,10 @@ def build_llm(cfg: LLMConfig | DictConfig | dict) -> LLM:
     cfg = to_llm_config(cfg)
     if cfg.backend not in BACKENDS:
         raise ValueError(f"unknown llm.backend {cfg.backend!r}; choose one of {list(BACKENDS)}")
+    from scholar_agents.llm.model_init import check_init
+
+    if check_init(cfg.init, "llm.init") == "random" and cfg.backend != "hf":
+        raise ValueError(f"llm.init=random draws weights in process: it needs llm.backend=hf (got {cfg.backend!r})")
     tokenizer = resolve_model_path(cfg.tokenizer) if cfg.tokenizer else None
     adapter = None
     if cfg.adapter:

@@ -79,10 +79,17 @@ class HFBackend(LLM):
         from scholar_agents.llm.attention import resolve_attn_implementation
 
         attn = resolve_attn_implementation(cfg.attn_implementation, "llm.attn_implementation")
-        self.model = AutoModelForCausalLM.from_pretrained(
-            model_path, dtype=torch.float32 if adapter is not None else self.dtype,
-            trust_remote_code=cfg.trust_remote_code, **({"attn_implementation": attn} if attn else {})
-        )
+        attn_kw = {"attn_implementation": attn} if attn else {}
+        if cfg.init == "random":  # llm.init=random: seeded random weights from the config (llm/model_init.py)
+            from scholar_agents.llm.model_init import load_causal_lm
+
+            self.model = load_causal_lm(model_path, "random", seed=cfg.seed,
+                                        dtype=torch.float32 if adapter is not None else self.dtype, **attn_kw)
+        else:
+            self.model = AutoModelForCausalLM.from_pretrained(
+                model_path, dtype=torch.float32 if adapter is not None else self.dtype,
+                trust_remote_code=cfg.trust_remote_code, **attn_kw
+            )
         if adapter is not None:  # llm.adapter: a LoRA adapter merged into the weights (llm/adapters.py)
             from scholar_agents.llm.adapters import apply_adapter
 
@@ -93,6 +100,8 @@ class HFBackend(LLM):
         device = torch.device(self.device)
         self._rng_devices = [device.index or 0] if device.type == "cuda" else []
         self.model_id = model_identity(cfg.model, model_path, "hf", str(self.dtype).removeprefix("torch."))
+        if cfg.init == "random":  # never share cached responses with the checkpoint's own weights
+            self.model_id += f"|random:{cfg.seed}"
         if adapter is not None:
             from scholar_agents.llm.adapters import adapter_fingerprint
 

@@ -25,12 +25,15 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
-import faiss
 import numpy as np
 
+from scholar_agents.papers.dense import require_faiss
 from scholar_agents.thought.provenance import abstraction_level, root_sources
+
+if TYPE_CHECKING:  # FAISS is imported where an index is touched, not at start-up of every command (issue 28)
+    import faiss
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +100,7 @@ def _unit(vectors: np.ndarray, dim: int) -> np.ndarray:
     if v.ndim != 2 or v.shape[1] != dim:
         raise ValueError(f"expected embeddings of shape [N, {dim}], got {tuple(v.shape)}")
     v = v.copy()
-    faiss.normalize_L2(v)  # cosine similarity is the paper's measure (Appendix M)
+    require_faiss().normalize_L2(v)  # cosine similarity is the paper's measure (Appendix M)
     return v
 
 
@@ -155,6 +158,7 @@ class Memory:
 
     def _new_index(self) -> faiss.Index:
         assert self.dim is not None
+        faiss = require_faiss()
         if self.index_kind == "hnsw":
             inner = faiss.IndexHNSWFlat(self.dim, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
             inner.hnsw.efSearch = 64
@@ -187,7 +191,7 @@ class Memory:
         if snaps:
             covered, snap = snaps[-1]
             try:
-                idx = faiss.read_index(str(snap))
+                idx = require_faiss().read_index(str(snap))
                 (expected,) = self._db.execute(
                     "SELECT COUNT(*) FROM items WHERE scope = ? AND kind = ? AND id <= ?",
                     (scope, kind, covered)).fetchone()
@@ -302,7 +306,7 @@ class Memory:
         for slot in sorted(self._dirty):
             key, covered = index_key(*slot), self._covered[slot]
             tmp = self._faiss_dir / f".{key}.{os.getpid()}.tmp"
-            faiss.write_index(self._indexes[slot], str(tmp))
+            require_faiss().write_index(self._indexes[slot], str(tmp))
             final = self._faiss_dir / f"{key}.{covered}.faiss"
             os.replace(tmp, final)
             for cov, p in self._snapshots(slot):

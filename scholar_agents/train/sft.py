@@ -73,6 +73,9 @@ class SFTRecipeConfig:
     Defaults are PaSa's (§5.1 / App. B: Qwen2.5-7B-Instruct, lr 1e-5, 1 epoch, batch 4 per device)."""
 
     model: str = "Qwen/Qwen2.5-7B-Instruct"  # HF dir, hub name (networked clusters) or embedded:smollm2
+    # pretrained (the weights in `model`) | random (ours, issue 28: seeded random weights from `model`'s config.json,
+    # its tokenizer from the same dir; memory/speed checks of a model shape without a checkpoint, gpu_check.sh)
+    init: str = "pretrained"
     train_file: str = MISSING  # JSONL of chat messages (or prompt/completion)
     eval_file: Optional[str] = None
     output_dir: str = MISSING  # stable: checkpoint-N/ and final/ live here across restarts
@@ -111,6 +114,7 @@ class SFTRecipeConfig:
     logging_steps: int = 10
     save_steps: int = 500
     save_total_limit: Optional[int] = 2
+    save_final: bool = True  # false (ours, issue 28): no final/ (smoke and memory checks); the summary is still written
     eval_steps: Optional[int] = None
     seed: int = 0
     dataloader_num_workers: int = 0
@@ -305,6 +309,9 @@ def _as_config(cfg: SFTRecipeConfig | DictConfig) -> DictConfig:
         raise ValueError(f"sft.loss_on must be one of {LOSS_ON}, got {cfg.loss_on!r}")
     if cfg.overlong not in ("drop", "truncate"):
         raise ValueError(f"sft.overlong must be drop|truncate, got {cfg.overlong!r}")
+    from scholar_agents.llm.model_init import check_init
+
+    check_init(cfg.init, "sft.init")
     return cfg
 
 
@@ -389,6 +396,7 @@ def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | N
         assistant_only_loss=cfg.loss_on == "assistant",
         packing=False,
         model_init_kwargs=model_init_kwargs,
+        include_num_input_tokens_seen="non_padding",  # tokens/s in the logs (train/cuda_memory.py)
         **({"ddp_timeout": int(round(dist_timeout_minutes * 60))} if dist_timeout_minutes else {}),
     )
     peft_config = None
@@ -403,7 +411,8 @@ def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | N
             layers_to_transform=list(cfg.lora.layers_to_transform) if cfg.lora.layers_to_transform else None,
         )
     model: Any = model_path
-    if cfg.keep_layers or cfg.trainable != "all" or cfg.head_init != "base":
+    if cfg.keep_layers or cfg.trainable != "all" or cfg.head_init != "base" or cfg.init == "random":
+        # (after SFTConfig: under ZeRO-3 its DeepSpeed config is alive, so the model is built partitioned)
         model = _load_adapted_model(model_path, model_init_kwargs, cfg)
         args.model_init_kwargs = None  # TRL refuses init kwargs with an instantiated model
     trainer_cls = SFTTrainer
@@ -451,13 +460,14 @@ def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | N
 def _load_adapted_model(model_path: str, init_kwargs: dict, cfg: DictConfig):
     """The base model with ``keep_layers`` / ``trainable=head`` applied (see SFTRecipeConfig)."""
     import torch
-    from transformers import AutoModelForCausalLM
+
+    from scholar_agents.llm.model_init import load_causal_lm
 
     if cfg.trainable not in TRAINABLE:
         raise ValueError(f"sft.trainable must be one of {TRAINABLE}, got {cfg.trainable!r}")
     if cfg.trainable == "head" and cfg.lora.enabled:
         raise ValueError("sft.trainable=head trains the output head only; it does not combine with sft.lora")
-    model = AutoModelForCausalLM.from_pretrained(model_path, **init_kwargs)
+    model = load_causal_lm(model_path, cfg.init, seed=cfg.seed, **init_kwargs)  # sft.init
     if cfg.keep_layers:
         layers = model.get_decoder().layers
         if not 0 < cfg.keep_layers <= len(layers):
@@ -520,6 +530,9 @@ def run_sft(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = 
         log.info("process group: %s; model on %s", collectives.describe(dist_timeout_minutes), trainer.args.device)
         preempted = trainer_callback(handler)
         trainer.add_callback(preempted)
+        from scholar_agents.train.cuda_memory import peak_memory_callback
+
+        trainer.callback_handler.callbacks.insert(0, peak_memory_callback())  # first: the reporters see its keys
         if resume_from:
             log.info("resuming from %s", resume_from)
         t0 = time.time()
@@ -550,9 +563,12 @@ def run_sft(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = 
             "restart_count": restart_count(),
             "wandb_run_id": os.environ.get("WANDB_RUN_ID") if "wandb" in trainer.args.report_to else None,
             "log_history": trainer.state.log_history,
-            "final_dir": str(final_dir),
+            "final_dir": str(final_dir) if cfg.save_final else None,
         }
-        save_final(trainer, trainer.processing_class, final_dir, cfg, summary)
+        if cfg.save_final:
+            save_final(trainer, trainer.processing_class, final_dir, cfg, summary)
+        else:
+            log.info("sft.save_final=false: no %s written", final_dir)
         if trainer.is_world_process_zero():
             (report_dir / "sft_summary.json").write_text(json.dumps(summary, indent=2))
         return summary

@@ -38,6 +38,10 @@ class PPOConfig:
     ref_model: str | None = None  # π_sft for the KL term; null = policy_model (the starting checkpoint)
     value_model: str | None = None  # initial V̂_φ backbone; null = policy_model
     value_head: str = "separate"  # separate (a value model, the paper's) | shared (a head on the policy)
+    # pretrained (the weights in policy_model) | random (ours, issue 28: policy, π_sft and value backbone drawn from
+    # policy_model's config.json with `seed`, the rollout engine synced to them; memory/speed checks of a model shape
+    # without writing its checkpoint first, scripts/gpu_check.sh). A resumed run loads its saved weights.
+    policy_init: str = "pretrained"
     lora: PPOLoraConfig = field(default_factory=PPOLoraConfig)
     model_dtype: str = "float32"  # master weights (fp32 on CPU: bf16 weights round lr-1e-6 updates away)
     bf16: bool | None = None  # bf16 autocast for forward passes; null = where the hardware has it
@@ -118,6 +122,9 @@ class PPOConfig:
     resume: bool = True  # continue from the newest checkpoint in checkpoint_dir
     checkpoint_dir: str | None = None  # null = <run dir>/checkpoints (Slurm requeues keep the run dir)
     save_every: int = 1  # steps; a preemption signal always saves
+    # Ours (issue 28): false = no checkpoint after the last step (ZeRO-3 writes ~12 B per parameter; smoke and memory
+    # checks need none). Periodic (save_every) and preemption checkpoints are unchanged.
+    save_final: bool = True
     keep_last: int = 2
     eval_at_start: bool = True  # crawler recall of the starting policy on the held-out queries
     eval_at_end: bool = True
@@ -136,6 +143,11 @@ class PPOConfig:
             raise ValueError(f"ppo.expand_sessions must be counts >= 0, got {self.expand_sessions}")
         if self.policy_freeze_steps < 0:
             raise ValueError("ppo.policy_freeze_steps must be >= 0")
+        from scholar_agents.llm.model_init import check_init
+
+        if check_init(self.policy_init, "ppo.policy_init") == "random" and (self.ref_model or self.value_model):
+            raise ValueError("ppo.policy_init=random draws policy, π_sft and value model from policy_model's config: "
+                             "set ppo.ref_model=null and ppo.value_model=null")
 
     def reward_config(self) -> RewardConfig:
         return RewardConfig(alpha=self.alpha, cost_search=self.cost_search, cost_expand=self.cost_expand,

@@ -357,8 +357,9 @@ class PPOTrainer:
         # ---- rollouts: the engine starts from the starting checkpoint and gets the current weights right away
         llm_cfg = OmegaConf.to_container(cfg.llm, resolve=True)
         llm_cfg["model"] = self.init_path
+        llm_cfg["init"] = p.policy_init  # random: the engine's own draw is replaced by the policy's right below
         self.engine = RolloutEngine(llm_cfg, self.run_dir, sync=p.rollout_sync, sleep=p.rollout_sleep)
-        if self.resume_from is not None:
+        if self.resume_from is not None or p.policy_init == "random":
             self.engine.sync(self._policy_weights(), self.tokenizer)
         self.env = CrawlEnv(self.res.store, self.search, self.env_cfg, tokenizer=self.engine.tokenizer)
         self.sampler = QuerySampler(len(self.train_queries), p.seed)
@@ -412,13 +413,13 @@ class PPOTrainer:
             tok.pad_token = tok.eos_token
         return tok
 
-    def _load_causal_lm(self, path):
-        from transformers import AutoModelForCausalLM
+    def _load_causal_lm(self, path, init: str = "pretrained"):
+        from scholar_agents.llm.model_init import load_causal_lm
 
         kwargs = {"dtype": _dtype(self.pcfg.model_dtype)}
         if self._attn_implementation():
             kwargs["attn_implementation"] = self._attn_implementation()
-        return AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+        return load_causal_lm(path, init, seed=self.pcfg.seed, **kwargs)  # init: ppo.policy_init
 
     def _attn_implementation(self) -> str | None:
         """ppo.attn_implementation resolved (``auto``: flash attention where it imports, else sdpa; logged once)."""
@@ -434,7 +435,7 @@ class PPOTrainer:
         if p.lora.enabled:
             from peft import LoraConfig, PeftModel, get_peft_model
 
-            base = self._load_causal_lm(self.init_path)
+            base = self._load_causal_lm(self.init_path, p.policy_init)
             if saved is not None:
                 policy = PeftModel.from_pretrained(base, str(saved / "policy"), is_trainable=True)
             else:
@@ -444,11 +445,12 @@ class PPOTrainer:
                                                          target_modules=t if isinstance(t, str) else list(t),
                                                          task_type="CAUSAL_LM"))
         else:
-            policy = self._load_causal_lm(saved / "policy" if saved is not None else self.init_path)
+            policy = (self._load_causal_lm(saved / "policy") if saved is not None
+                      else self._load_causal_lm(self.init_path, p.policy_init))
         value_init = resolve_model_path(p.value_model) if p.value_model else self.init_path
         model = build_value(p.value_head, policy, value_init, _dtype(p.model_dtype), seed=p.seed,
                             saved_dir=saved / "value" if saved is not None else None,
-                            attn_implementation=self._attn_implementation())
+                            attn_implementation=self._attn_implementation(), init=p.policy_init)
         if p.gradient_checkpointing:
             policy.gradient_checkpointing_enable()
             if model.value is not None:
@@ -463,7 +465,7 @@ class PPOTrainer:
         if self.pcfg.lora.enabled and self.ref_path == self.init_path:
             return None
         if not self.zero3:
-            ref = self._load_causal_lm(self.ref_path).to(self.device)
+            ref = self._load_causal_lm(self.ref_path, self.pcfg.policy_init).to(self.device)
             ref.eval()
             ref.requires_grad_(False)
             return ref
@@ -471,7 +473,7 @@ class PPOTrainer:
 
         ref_cfg = reference_config(self.ds_config, offload=self.pcfg.ref_offload)
         with zero3_init(ref_cfg):  # zero.Init reads offload_param: the shards are created in CPU memory
-            ref = self._load_causal_lm(self.ref_path)
+            ref = self._load_causal_lm(self.ref_path, self.pcfg.policy_init)
         ref.requires_grad_(False)
         engine = deepspeed.initialize(model=ref, config=ref_cfg)[0]
         engine.eval()
@@ -850,23 +852,32 @@ class PPOTrainer:
             zero.optimizer.state.pop(t, None)
 
     def train_step(self, step: int) -> dict:
+        from scholar_agents.train.cuda_memory import peak_metrics, reset_peak
+
         p = self.pcfg
         t0 = time.perf_counter()
         frozen = step < p.policy_freeze_steps
+        reset_peak(self.device)  # per-phase CUDA peaks (perf/max_memory_*_gb/<phase>): what `scholar plan` estimates
         samples, m = self.rollout(step)
+        mem = peak_metrics(self.device, "rollout")
+        t_rollout = time.perf_counter() - t0
         self.engine.sleep()  # ppo.rollout_sleep: the engine's GPU memory goes to scoring and the update
         init_value = p.init_value_to_mean_return and step == 0
+        reset_peak(self.device)
         targets, batch, m2 = self.compute_targets(samples, frozen, init_value=init_value)
+        mem.update(peak_metrics(self.device, "score"))
         t1 = time.perf_counter()
+        reset_peak(self.device)
         m3 = self.update(samples, targets, batch, step, frozen)
+        mem.update(peak_metrics(self.device, "update"))
         t_update = time.perf_counter() - t1
         self.scheduler.step()
         # weights awake, the push, then the KV cache (TRL's order; the engine's method)
         t_sync = self.engine.wake_up_and_sync(None if frozen else self._policy_weights(), self.tokenizer)
         tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)
         dt = time.perf_counter() - t0
-        metrics = {**m, **m2, **m3, "timing_s/update": t_update, "timing_s/sync": t_sync, "timing_s/step": dt,
-                   "perf/throughput": tokens / max(dt, 1e-9)}
+        metrics = {**m, **m2, **m3, **mem, "timing_s/rollout": t_rollout, "timing_s/update": t_update,
+                   "timing_s/sync": t_sync, "timing_s/step": dt, "perf/throughput": tokens / max(dt, 1e-9)}
         return collectives.mean_over_processes(metrics)
 
     # ---- evaluation: crawler recall on held-out queries through the eval harness ----
@@ -948,7 +959,8 @@ class PPOTrainer:
                 for cb in self.step_callbacks:
                     cb(step + 1, metrics)
                 stop = handler.should_stop()
-                if stop or (step + 1) % p.save_every == 0 or step + 1 == p.total_steps:
+                last = step + 1 == p.total_steps  # ppo.save_final=false: no checkpoint after the last step
+                if stop or (last and p.save_final) or (not last and (step + 1) % p.save_every == 0):
                     t0 = time.perf_counter()
                     path = self.save(step + 1)
                     log.info("checkpoint %s (%.1f s)", path, time.perf_counter() - t0)

@@ -78,15 +78,15 @@ class ValueModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str | Path, dtype: torch.dtype = torch.float32, seed: int = 0,
-                        attn_implementation: str | None = None) -> ValueModel:
+                        attn_implementation: str | None = None, init: str = "pretrained") -> ValueModel:
         """A causal-LM or base-model checkpoint (a fresh head, seeded), or a directory written by
-        :meth:`save_pretrained` (the saved head)."""
-        from transformers import AutoModel
+        :meth:`save_pretrained` (the saved head). ``init="random"``: the backbone drawn from ``path``'s config."""
+        from scholar_agents.llm.model_init import load_base_model
 
         kwargs = {"dtype": dtype}
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
-        backbone = AutoModel.from_pretrained(str(path), **kwargs)
+        backbone = load_base_model(path, init, seed=seed, **kwargs)
         if (Path(path) / HEAD_FILE).is_file():
             head = _load_head(Path(path), dtype)
         else:
@@ -165,14 +165,16 @@ class PolicyAndValue(nn.Module):
 
 
 def build_value(layout: str, policy: nn.Module, init_path: str, dtype: torch.dtype, seed: int,
-                saved_dir: Path | None = None, attn_implementation: str | None = None) -> PolicyAndValue:
+                saved_dir: Path | None = None, attn_implementation: str | None = None,
+                init: str = "pretrained") -> PolicyAndValue:
     """The policy+value module: ``layout`` separate (a value model from ``init_path`` or ``saved_dir``) or shared
     (a head on the policy; loaded from ``saved_dir`` when resuming)."""
     if layout not in VALUE_HEADS:
         raise ValueError(f"ppo.value_head must be one of {VALUE_HEADS}, got {layout!r}")
     if layout == "separate":
         value = ValueModel.from_pretrained(saved_dir or init_path, dtype=dtype, seed=seed,
-                                           attn_implementation=attn_implementation)
+                                           attn_implementation=attn_implementation,
+                                           init="pretrained" if saved_dir is not None else init)
         return PolicyAndValue(policy, value=value)
     hidden = policy.config.hidden_size
     head = _load_head(saved_dir, dtype) if saved_dir is not None else make_value_head(hidden, seed).to(dtype)

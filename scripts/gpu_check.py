@@ -1,0 +1,423 @@
+"""The one-GPU check (issue 28): real training commands under ``torchrun --nproc_per_node 1``, measured per phase
+beside ``scholar plan``'s estimate for the same overrides. Run it through ``scripts/gpu_check.sh OUT_DIR`` (which
+puts the packed dependencies first on the path); ``python scripts/gpu_check.py OUT_DIR --plan-only`` prints the
+plans without running anything (how the GPU sizes below were chosen, on a machine without a GPU).
+
+Profiles (``GPU_CHECK_PROFILE``): ``gpu`` — NCCL, bf16 weights + autocast, gradient checkpointing, ZeRO-3, random
+weights in Qwen2.5-7B's shape with fewer decoder layers; ``cpu`` — gloo, fp32, the tests' tiny Qwen2 shape (the CI
+twin, so the script cannot rot); ``auto`` (default) — gpu where CUDA is available, else cpu. ``gpu`` without CUDA is
+an error: the check never falls back silently.
+
+Runs: ``scholar slurm probe``; per size ``train crawler_ppo`` (hf rollouts, BM25 on the bundled sample, no Selector,
+2 steps); ``train selector_sft`` full and LoRA (2 steps); sdpa attention, and flash_attention_2 at the middle size
+when ``flash_attn`` imports. Writes ``OUT_DIR/gpu_check.json`` and ``OUT_DIR/gpu_check.md``.
+
+The tokenizer is the tests' tiny one (``tests/assets/tiny_tokenizer``: Qwen2's pre-tokenizer and ChatML, 55 KB, it
+travels with the repo; the image has no Qwen or SmolLM2 tokenizer). The GPU shapes keep Qwen2.5's vocabulary of
+152,064 — the embedding, the output head and the logits are a large share of the memory — so ids above the
+tokenizer's 1,024 decode to nothing; PPO trains on the generated ids, and a random policy writes no valid action,
+so every session is one response of ``max_new_tokens`` tokens: fixed lengths, which is what a memory check wants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TOKENIZER_DIR = REPO / "tests" / "assets" / "tiny_tokenizer"
+QWEN_7B = REPO / "scholar_agents" / "assets" / "model_configs" / "qwen2.5-7b-instruct" / "config.json"
+ZERO3 = REPO / "scholar_agents" / "conf" / "deepspeed" / "zero3.json"
+GIB = 2 ** 30
+
+# Budget on one H100 (<= 8 min in all): each torchrun start costs ~20-30 s of imports, DeepSpeed set-up and model
+# draws, so the run count is kept at 1 probe + 3 PPO + 4 SFT (+ 2 with flash-attn). Sizes: the 7B shape with 1, 2
+# and 3 decoder layers for PPO (1.3B, 1.6B, 1.8B parameters in the policy): it holds policy + value model with fp32
+# Adam states under ZeRO-3 at world size 1 (16 B per trained parameter) plus π_sft and the hf rollout engine in bf16,
+# and plans at 46 / 55 / 64 GiB of the 79.6 (4 layers: 72, too close to the card for a first run; `--plan-only`
+# prints them). SFT 2 and 6 layers (35 / 51 GiB full, 12 / 14 GiB LoRA). Lengths: 4 queries x 256-token responses (the
+# paper's max_new_tokens) on the sample's search prompts; SFT 4 x ~1024 tokens (the paper's max_length).
+BUDGET_S = {"gpu": 480, "cpu": 600}  # no run starts past it (the CPU twin takes ~2.5 min on 2 busy cores)
+PROFILES = {
+    "gpu": {"layers": [1, 2, 3], "sft_layers": [2, 6], "flash_layers": 2, "steps": 2, "dtype": "bfloat16",
+            "bf16": "true", "grad_ckpt": "true", "response": 256, "sft_len": 1024, "sft_batch": 4, "queries": 4,
+            "timeout": 240},
+    "cpu": {"layers": [2], "sft_layers": [2], "flash_layers": None, "steps": 2, "dtype": "float32", "bf16": "false",
+            "grad_ckpt": "false", "response": 16, "sft_len": 256, "sft_batch": 2, "queries": 2, "timeout": 300},
+}
+PHASES = ("rollout", "score", "update")
+PPO_EPOCHS = 2  # PaSa Table 9
+
+
+def profile_name(asked: str, plan_only: bool) -> str:
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if asked == "auto":
+        return "gpu" if cuda else "cpu"
+    if asked not in PROFILES:
+        raise SystemExit(f"GPU_CHECK_PROFILE must be auto|gpu|cpu, got {asked!r}")
+    if asked == "gpu" and not cuda and not plan_only:
+        raise SystemExit("GPU_CHECK_PROFILE=gpu but CUDA is not available (torch.cuda.is_available() is False); "
+                         "the check does not fall back to CPU: use GPU_CHECK_PROFILE=cpu for the CPU twin")
+    return asked
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# model directories: a config.json + the tiny tokenizer (no weights: the commands draw them, *.init=random)
+
+
+def model_dir(work: Path, profile: str, layers: int) -> Path:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(TOKENIZER_DIR))
+    if profile == "gpu":
+        config = json.loads(QWEN_7B.read_text())
+        config.update(num_hidden_layers=layers, max_window_layers=layers, _name_or_path=f"qwen2.5-7b-{layers}L")
+    else:  # the tests' tiny Qwen2 (tests/fixtures/llm.py): head size 32, vocabulary = the tokenizer's
+        config = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": len(tok),
+                  "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": layers,
+                  "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 32, "max_position_embeddings": 2048,
+                  "tie_word_embeddings": True, "initializer_range": 0.2, "rms_norm_eps": 1e-6,
+                  "hidden_act": "silu", "rope_theta": 10000.0}
+    config.update(bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    out = work / "models" / f"{profile}_{layers}L"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(config, indent=1))
+    for f in TOKENIZER_DIR.iterdir():
+        shutil.copy(f, out / f.name)
+    (out / "generation_config.json").write_text(json.dumps({"eos_token_id": tok.eos_token_id,
+                                                            "pad_token_id": tok.pad_token_id}))
+    return out
+
+
+def params_of(path: Path) -> int:
+    from scholar_agents.plan.model_sizes import model_shape
+
+    return model_shape(str(path)).params
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the runs' overrides
+
+
+def ppo_overrides(p: dict, model: Path, work: Path, seq_len: int, attn: str) -> list[str]:
+    ppo = {"policy_model": model, "policy_init": "random", "model_dtype": p["dtype"], "bf16": p["bf16"],
+           "gradient_checkpointing": p["grad_ckpt"], "attn_implementation": attn, "deepspeed": ZERO3,
+           "queries_per_step": p["queries"], "expand_sessions": "[]", "max_new_tokens": p["response"],
+           "temperature": 1.0, "use_selector": "false", "policy_freeze_steps": 0, "total_steps": p["steps"],
+           "ppo_epochs": PPO_EPOCHS, "forward_batch_size": 1, "grad_accum": p["queries"], "score_batch_size": p["queries"],
+           "init_value_to_mean_return": "false", "rollout_sleep": "false", "eval_at_start": "false",
+           "eval_at_end": "false", "save_final": "false", "save_every": 1000, "resume": "false", "seed": 0}
+    return ["papers=sample", f"papers.store={work / 'papers' / 'store.sqlite'}",
+            f"papers.index_dir={work / 'papers' / 'index'}", "search=bm25",
+            "embedder.model=unused-with-bm25",  # nothing may load an embedder: the image has none
+            "llm.backend=hf", f"llm.dtype={p['dtype']}", f"llm.max_model_len={seq_len}", "llm.cache_path=null",
+            f"llm.batch_size={p['queries']}", f"selector_llm.model={model}", "cluster.memory_check=false",
+            "logging.wandb.mode=disabled", *[f"ppo.{k}={v}" for k, v in ppo.items()]]
+
+
+def sft_overrides(p: dict, model: Path, data: Path, out: Path, max_len: int, lora: bool, attn: str) -> list[str]:
+    sft = {"model": model, "init": "random", "train_file": data, "output_dir": out, "resume": "false",
+           "max_steps": p["steps"], "per_device_train_batch_size": p["sft_batch"], "gradient_accumulation_steps": 1,
+           "max_length": max_len, "model_dtype": p["dtype"], "bf16": p["bf16"],
+           "gradient_checkpointing": p["grad_ckpt"],
+           "attn_implementation": attn, "deepspeed": ZERO3, "logging_steps": 1, "save_steps": 1000,
+           "save_final": "false", "warmup_ratio": 0.0, "lora.enabled": str(lora).lower()}
+    return ["logging.wandb.enabled=false", *[f"sft.{k}={v}" for k, v in sft.items()]]
+
+
+def chat_len(tok, messages: list[dict], generation_prompt: bool = False) -> int:
+    """Tokens of a rendered chat, counted as the commands count them (``LLM.prompt_token_ids``)."""
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+    return len(tok.encode(text, add_special_tokens=False))
+
+
+def crawl_prompt_len(model: Path) -> int:
+    """The longest search-session prompt of the training queries, in tokens (the rollouts' prompt length)."""
+    from transformers import AutoTokenizer
+
+    from scholar_agents.pasa.commands import load_queries
+    from scholar_agents.pasa.prompts import crawler_search_messages
+
+    tok = AutoTokenizer.from_pretrained(str(model))
+    from omegaconf import OmegaConf
+
+    sample = REPO / "scholar_agents" / "assets" / "sample" / "autoscholarquery_dev.jsonl"
+    queries = load_queries(OmegaConf.create({"path": str(sample), "offset": 0, "limit": 80,  # = queries.train
+                                             "exclude_qids_file": None}))
+    return max(chat_len(tok, crawler_search_messages(q.question), generation_prompt=True) for q in queries)
+
+
+def sft_data(model: Path, work: Path, target: int, rows: int) -> tuple[Path, int]:
+    """Selector chats (PaSa Table 15) of about ``target`` tokens each from the sample's abstracts; returns the file
+    and the longest example's length (``sft.max_length`` and the planner's sequence length)."""
+    import gzip
+
+    from transformers import AutoTokenizer
+
+    from scholar_agents.pasa.prompts import selector_messages, selector_target
+
+    tok = AutoTokenizer.from_pretrained(str(model))
+    with gzip.open(REPO / "scholar_agents/assets/sample/papers.jsonl.gz", "rt", encoding="utf-8") as f:
+        papers = [json.loads(next(f)) for _ in range(64)]
+    text = " ".join(p["abstract"] for p in papers)
+    ids = tok.encode(text)
+    out, longest = [], 0
+    for i in range(rows):
+        head = selector_messages("Which papers study retrieval-augmented agents?", papers[i]["title"], "")
+        base = chat_len(tok, head + [{"role": "assistant", "content": selector_target(True, "x")}])
+        abstract = tok.decode(ids[i * 37:i * 37 + max(target - base, 8)])
+        msgs = selector_messages("Which papers study retrieval-augmented agents?", papers[i]["title"], abstract)
+        msgs.append({"role": "assistant", "content": selector_target(i % 2 == 0, "x")})
+        longest = max(longest, chat_len(tok, msgs))
+        out.append({"messages": msgs})
+    path = work / f"sft_{target}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in out))
+    return path, longest
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the planner, on the same overrides, for one H100
+
+
+def plan_for(command: str, overrides: list[str]) -> dict:
+    from scholar_agents.hydra_app import compose
+    from scholar_agents.plan.cluster import to_cluster_config
+    from scholar_agents.plan.commands import inputs_from_config, sft_inputs_from_config, verdict
+    from scholar_agents.plan.memory_plan import build_plan
+    from scholar_agents.plan.sft_plan import build_sft_plan
+
+    one_h100 = ["cluster=h100_80gb", "cluster.nodes=1", "cluster.gpus_per_node=1"]
+    cfg = compose("train_crawler_ppo" if command == "crawler_ppo" else "train_selector_sft", [*overrides, *one_h100])
+    cluster = to_cluster_config(cfg.cluster)
+    plan = (build_plan(inputs_from_config(cfg, cluster)) if command == "crawler_ppo"
+            else build_sft_plan(sft_inputs_from_config(cfg, cluster)))
+    phases = {ph: round(plan.phase_total(ph), 3) for ph in plan.phases}
+    if command != "crawler_ppo":  # SFT plans one phase, "train": the update
+        phases = {"update": phases["train"]}
+    return {"phases_gib": phases, "peak_gib": round(plan.peak_gib, 3), "fits": verdict(plan)[0],
+            "cluster": "h100_80gb x1"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# running and reading
+
+
+def torchrun(args: list[str], run_dir: Path, log: Path, timeout: int) -> tuple[int, float]:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
+           "-m", "scholar_agents", *args, f"hydra.run.dir={run_dir}"]
+    env = {**os.environ, "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+    t0 = time.perf_counter()
+    with open(log, "w") as f:
+        f.write(" ".join(map(str, cmd)) + "\n")
+        f.flush()
+        # its own process group: a timeout ends torchrun AND its worker, which would otherwise keep the GPU
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            rc = 124
+            f.write(f"\ngpu_check: killed after {timeout} s\n")
+    return rc, time.perf_counter() - t0
+
+
+def _mem(row: dict, phase: str | None) -> tuple[float | None, float | None]:
+    sfx = f"/{phase}" if phase else ""
+    return row.get(f"perf/max_memory_allocated_gb{sfx}"), row.get(f"perf/max_memory_reserved_gb{sfx}")
+
+
+def ppo_measured(run_dir: Path, epochs: int) -> list[dict]:
+    """Per phase of the LAST step (warm; the first pays one-off allocations): peaks, seconds, tokens/s."""
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    last = rows[-1]
+    seconds = {"rollout": last.get("timing_s/rollout"), "score": last.get("timing_s/returns"),
+               "update": last.get("timing_s/update")}
+    # tokens/s: generated tokens while rolling out; the step's sequence tokens (prompt + response) per second of
+    # scoring, and per second of the update x its ppo_epochs passes
+    seq_tokens = (last.get("perf/throughput") or 0.0) * (last.get("timing_s/step") or 0.0)
+    per_s = lambda n, t: n / t if n and t else None  # noqa: E731
+    tokens = {"rollout": last.get("perf/gen_tokens_per_s"), "score": per_s(seq_tokens, seconds["score"]),
+              "update": per_s(seq_tokens * epochs, seconds["update"])}
+    out = []
+    for ph in PHASES:
+        alloc, reserved = _mem(last, ph)
+        out.append({"phase": ph, "allocated_gib": alloc, "reserved_gib": reserved, "seconds": seconds[ph],
+                    "tokens_per_s": tokens[ph], "step_seconds": last.get("timing_s/step"),
+                    "step_tokens_per_s": last.get("perf/throughput"), "steps": len(rows)})
+    return out
+
+
+def sft_measured(run_dir: Path) -> list[dict]:
+    summary = json.loads((run_dir / "sft_summary.json").read_text())
+    steps = [h for h in summary["log_history"] if "loss" in h]
+    last = steps[-1]
+    alloc, reserved = _mem(last, None)
+    return [{"phase": "update", "allocated_gib": alloc, "reserved_gib": reserved, "seconds": last.get("timing_s/step"),
+             "tokens_per_s": last.get("perf/tokens_per_s"), "step_seconds": last.get("timing_s/step"),
+             "step_tokens_per_s": last.get("perf/tokens_per_s"), "steps": summary["global_step"]}]
+
+
+def tail(log: Path, n: int = 25) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-n:]) if log.exists() else ""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the report
+
+
+def _f(x, nd=2) -> str:
+    return "—" if x is None else f"{x:.{nd}f}" if isinstance(x, float) else str(x)
+
+
+def markdown(report: dict) -> str:
+    env = report["environment"]
+    lines = [f"# One-GPU check ({report['profile']} profile)", "",
+             f"{env['device']}; torch {env['torch']}, transformers {env['transformers']}, deepspeed "
+             f"{env['deepspeed']}; backend {env['backend']}; total {report['total_seconds']:.0f} s "
+             f"(budget {report['budget_seconds']} s). Memory: torch.cuda max_memory_allocated / reserved per phase "
+             f"of the last step (GiB; — = not on CUDA); plan = `scholar plan` for the same overrides on one "
+             f"H100 80GB (GiB per phase).", "",
+             "| run | size | attn | phase | plan GiB | allocated GiB | reserved GiB | alloc/plan | phase s | "
+             "tokens/s | step s | step tokens/s | status |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in report["runs"]:
+        if r["command"] == "slurm_probe":
+            lines.append(f"| slurm probe | — | — | — | — | — | — | — | — | — | — | — | {r['status']} "
+                         f"({r['seconds']:.0f} s) |")
+            continue
+        n = r["params"]
+        size = f"{r['layers']}L {n / 1e9:.2f}B" if n >= 1e8 else f"{r['layers']}L {n / 1e6:.1f}M"
+        for m in r.get("phases") or [{"phase": ph} for ph in (PHASES if r["command"] == "crawler_ppo"
+                                                               else ("update",))]:
+            planned = (r.get("plan") or {}).get("phases_gib", {}).get(m["phase"])
+            alloc = m.get("allocated_gib")
+            ratio = f"{alloc / planned:.2f}" if alloc and planned else "—"
+            lines.append(f"| {r['name']} | {size} | {r['attn']} | {m['phase']} | {_f(planned)} | {_f(alloc)} | "
+                         f"{_f(m.get('reserved_gib'))} | {ratio} | {_f(m.get('seconds'))} | "
+                         f"{_f(m.get('tokens_per_s'), 0)} | {_f(m.get('step_seconds'))} | "
+                         f"{_f(m.get('step_tokens_per_s'), 0)} | {r['status']} ({r['seconds']:.0f} s) |")
+    return "\n".join(lines) + "\n"
+
+
+def environment(profile: str) -> dict:
+    import torch
+    import transformers
+
+    try:
+        import deepspeed
+        ds = deepspeed.__version__
+    except ImportError:
+        ds = "missing"
+    device = f"CPU ({os.cpu_count()} cores)"
+    if profile == "gpu":  # nvidia-smi, not torch.cuda: this process must not hold a CUDA context beside the runs
+        q = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader", "-i", "0"],
+                           capture_output=True, text=True)
+        device = q.stdout.strip() or "CUDA device (nvidia-smi unavailable)"
+    return {"device": device, "torch": torch.__version__, "transformers": transformers.__version__, "deepspeed": ds,
+            "backend": "nccl" if profile == "gpu" else "gloo", "python": sys.version.split()[0]}
+
+
+def flash_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("flash_attn") is not None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out_dir", type=Path)
+    ap.add_argument("--plan-only", action="store_true", help="print the planner's numbers; run nothing")
+    a = ap.parse_args()
+    profile = profile_name(os.environ.get("GPU_CHECK_PROFILE", "auto"), a.plan_only)
+    p = PROFILES[profile]
+    out = a.out_dir.resolve()
+    work = out / "work"
+    if not a.plan_only:
+        for stale in ("runs", "logs"):  # a rerun into the same folder starts fresh (nothing resumes)
+            shutil.rmtree(out / stale, ignore_errors=True)
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+
+    specs = []  # (name, command, layers, attn, overrides)
+    for layers in p["layers"]:
+        model = model_dir(work, profile, layers)
+        seq = crawl_prompt_len(model) + p["response"]
+        specs.append((f"ppo_{layers}L", "crawler_ppo", layers, "sdpa", model,
+                      lambda run, m=model, s=seq: ppo_overrides(p, m, work, s, "sdpa")))
+    for layers in p["sft_layers"]:
+        model = model_dir(work, profile, layers)
+        data, longest = sft_data(model, work, p["sft_len"], rows=4 * p["sft_batch"])
+        for lora in (False, True):
+            specs.append((f"sft_{'lora' if lora else 'full'}_{layers}L", "selector_sft", layers, "sdpa", model,
+                          lambda run, m=model, d=data, n=longest, lo=lora: sft_overrides(p, m, d, run / "ckpt", n, lo,
+                                                                                          "sdpa")))
+    if p["flash_layers"] and flash_available():
+        layers = p["flash_layers"]
+        model = model_dir(work, profile, layers)
+        seq = crawl_prompt_len(model) + p["response"]
+        data, longest = sft_data(model, work, p["sft_len"], rows=4 * p["sft_batch"])
+        specs.append((f"ppo_{layers}L_flash", "crawler_ppo", layers, "flash_attention_2", model,
+                      lambda run, m=model, s=seq: ppo_overrides(p, m, work, s, "flash_attention_2")))
+        specs.append((f"sft_full_{layers}L_flash", "selector_sft", layers, "flash_attention_2", model,
+                      lambda run, m=model, d=data, n=longest: sft_overrides(p, m, d, run / "ckpt", n, False,
+                                                                            "flash_attention_2")))
+
+    runs: list[dict] = []
+    if not a.plan_only:
+        run_dir = out / "runs" / "slurm_probe"
+        rc, secs = torchrun(["slurm", "probe", "probe.steps=4", f"probe.checkpoint_dir={run_dir}"], run_dir,
+                            out / "logs" / "slurm_probe.log", 120)
+        runs.append({"name": "slurm_probe", "command": "slurm_probe", "status": "ok" if rc == 0 else f"failed rc={rc}",
+                     "seconds": round(secs, 1), "log": str(out / "logs" / "slurm_probe.log")})
+    budget = BUDGET_S[profile]
+    for name, command, layers, attn, model, make in specs:
+        run_dir = out / "runs" / name
+        overrides = [str(x) for x in make(run_dir)]
+        rec = {"name": name, "command": command, "layers": layers, "params": params_of(model), "attn": attn,
+               "overrides": overrides, "plan": plan_for(command, overrides), "seconds": 0.0}
+        if a.plan_only:
+            print(name, json.dumps(rec["plan"]))
+            continue
+        if time.perf_counter() - t_start > budget:  # the check ends within its budget; what is left is named
+            rec.update(status=f"skipped: past the {budget} s budget", phases=None)
+            runs.append(rec)
+            continue
+        log = out / "logs" / f"{name}.log"
+        left = budget + 60 - (time.perf_counter() - t_start)  # a run started near the end may overrun by 1 min
+        rc, secs = torchrun(["train", command, *overrides], run_dir, log, int(min(p["timeout"], max(left, 30))))
+        rec.update(seconds=round(secs, 1), log=str(log), status="ok" if rc == 0 else f"failed rc={rc}")
+        try:
+            rec["phases"] = ppo_measured(run_dir, PPO_EPOCHS) if command == "crawler_ppo" else sft_measured(run_dir)
+        except (OSError, KeyError, IndexError, json.JSONDecodeError) as e:
+            rec["phases"] = None
+            rec["status"] += f" (no metrics: {type(e).__name__})"
+        if rc != 0:
+            rec["log_tail"] = tail(log)
+        runs.append(rec)
+        print(f"{name}: {rec['status']} in {secs:.0f} s", flush=True)
+    if a.plan_only:
+        return 0
+    report = {"profile": profile, "environment": environment(profile), "runs": runs,
+              "total_seconds": round(time.perf_counter() - t_start, 1), "budget_seconds": budget,
+              "phases": list(PHASES)}
+    (out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
+    (out / "gpu_check.md").write_text(markdown(report))
+    print(markdown(report))
+    failed = [r["name"] for r in runs if r["status"] != "ok"]
+    if failed:
+        print(f"FAILED: {', '.join(failed)} (logs under {out / 'logs'})", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
