@@ -60,12 +60,13 @@ clean-venv:
 # that its header holds this command and its pins meet pyproject's.
 UV_VENV ?= .cache/uv-venv
 GPU_LOCK := requirements/gpu-linux-x86_64-py312.lock
-GPU_LOCK_ARGS := pyproject.toml --extra gpu --constraint requirements/gpu-constraints.txt --python-platform x86_64-manylinux_2_28 --python-version 3.12 -o $(GPU_LOCK)
+GPU_LOCK_ARGS := pyproject.toml --extra gpu --constraint requirements/gpu-constraints.txt \
+	--python-platform x86_64-manylinux_2_28 --python-version 3.12 -o $(GPU_LOCK)
 
 gpu-lock:
 	test -x $(UV_VENV)/bin/uv || { $(PYTHON) -m venv $(UV_VENV) && $(UV_VENV)/bin/pip install -q uv==0.13.9; }
 	$(UV_VENV)/bin/uv pip compile $(GPU_LOCK_ARGS)
 
 # The one-H100 check's packages beyond the lent image, packed into .gpu_pack/ (git-ignored; scripts/build_gpu_pack.sh).
-gpu-pack: $(VENV)/.core
+gpu-pack: | $(VENV)/.core
 	PYTHON=$(PY) bash scripts/build_gpu_pack.sh

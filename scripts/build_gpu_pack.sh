@@ -24,6 +24,11 @@ if [[ -z "${PYTHON:-}" ]]; then
     [[ -x "$REPO/.venv/bin/python" ]] && PYTHON="$REPO/.venv/bin/python"
 fi
 PYVER="${GPU_PACK_PYTHON_VERSION:-3.12}"
+if ! "$PYTHON" -c "import torch, setuptools, wheel" 2>/dev/null; then
+    echo "build_gpu_pack: $PYTHON cannot import torch, setuptools and wheel (deepspeed's sdist is built with" \
+        "--no-build-isolation and its setup.py imports torch): run make setup, or set PYTHON" >&2
+    exit 2
+fi
 LIST="$REPO/scripts/gpu_pack_packages.txt"
 
 wheels=() sdists=()
@@ -87,4 +92,5 @@ mv "$DEST/site-packages.tar.xz.tmp" "$DEST/site-packages.tar.xz"
 packed=$(stat -c %s "$DEST/site-packages.tar.xz")
 echo "# packed: $packed bytes ($DEST/site-packages.tar.xz)" >>"$DEST/MANIFEST.txt"
 cat "$DEST/MANIFEST.txt"
-echo "build_gpu_pack: $(awk -v b="$packed" 'BEGIN { printf "%.1f MiB", b / 1048576 }') packed in $DEST/site-packages.tar.xz"
+mib=$(awk -v b="$packed" 'BEGIN { printf "%.1f MiB", b / 1048576 }')
+echo "build_gpu_pack: $mib packed in $DEST/site-packages.tar.xz"

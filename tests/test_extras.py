@@ -74,8 +74,9 @@ def test_gpu_lock_meets_every_pin_of_the_core_and_gpu_extra():
 
 def test_gpu_lock_header_is_the_make_gpu_lock_command():
     makefile = (REPO / "Makefile").read_text()
-    args = re.search(r"^GPU_LOCK_ARGS := (.+)$", makefile, re.M).group(1)
-    args = args.replace("$(GPU_LOCK)", re.search(r"^GPU_LOCK := (.+)$", makefile, re.M).group(1))
+    makefile = re.sub(r"\s*\\\n\s*", " ", makefile)  # continued lines as make joins them
+    args = re.search(r"^GPU_LOCK_ARGS := (.+)$", makefile, re.MULTILINE).group(1)
+    args = args.replace("$(GPU_LOCK)", re.search(r"^GPU_LOCK := (.+)$", makefile, re.MULTILINE).group(1))
     header = GPU_LOCK.read_text().splitlines()[:2]
     assert header[1].strip("# ").strip() == f"uv pip compile {args}", header
 
