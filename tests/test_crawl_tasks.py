@@ -121,8 +121,9 @@ def test_two_hops_credit_flows_only_through_the_bridge_session(generated):
         assert tq["bridge"] not in tq["gold"]
         assert not any(r.paper_id in tq["gold"] for s in hub.sections for r in s.references)
         bridge = store.get(tq["bridge"])
-        assert [s.heading for s in bridge.sections] == [GOLD_SECTION]
-        assert [r.paper_id for r in bridge.sections[0].references] == tq["gold"]
+        assert len(bridge.outline) == len(hub.outline)  # the same uniform start policy in every state
+        assert GOLD_SECTION in bridge.outline
+        assert all([r.paper_id for r in s.references] == tq["gold"] for s in bridge.sections)
 
 
 def test_cost_extra_expansions_find_nothing(generated):

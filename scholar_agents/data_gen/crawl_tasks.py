@@ -8,8 +8,10 @@ cite different things, and the section headings are shuffled per hub, so the pol
 
 - ``one_hop``: ``Related Work`` cites the gold papers, the other sections cite distractors. The optimum expands
   ``Related Work`` (Eq. 1: α per gold paper, − c per action).
-- ``two_hops``: ``Background`` cites a *bridge* paper (not gold), whose ``Related Work`` cites the gold papers; the
-  hub's other sections cite decoy papers whose ``Related Work`` cites distractors. The optimum expands the hub's
+- ``two_hops``: ``Background`` cites a *bridge* paper (not gold), whose sections all cite the gold papers; the
+  hub's other sections cite decoy papers whose ``Appendix`` cites distractors (the outline is what lets the value
+  model V̂(S_{q+p}) tell a bridge — with a ``Related Work`` — from a decoy: both titles are random words). Bridges and
+  decoys have as many sections as a hub (a decoy's others cite nothing findable). The optimum expands the hub's
   ``Background`` although it adds no gold paper: its value reaches the hub's session only through Eq. 3's
   cross-session term γ1 · Σ_j V̂(S_{q+p_j}).
 - ``cost``: ``Related Work`` cites the gold papers, every other section cites only titles that are in no store
@@ -48,6 +50,7 @@ TASKS = ("one_hop", "two_hops", "cost", "selector")
 GOLD_SECTION = "Related Work"  # one_hop, cost, selector (hub) and two_hops (bridge): cites the gold papers
 BRIDGE_SECTION = "Background"  # two_hops: cites the bridge paper
 SELECTOR_SECTION = "Applications"  # selector: cites the Selector-class papers
+DECOY_SECTION = "Appendix"  # two_hops: a decoy's one section (distractors); its outline tells it from the bridge
 OTHER_SECTIONS = ("Introduction", "Experiments", "Discussion", "Conclusion")
 QUERY_DATE = "2025-01-01"  # every query is dated after every paper: the date filter never hides the answer
 PAPER_DATE = "2020-06-01"
@@ -135,18 +138,31 @@ class _Builder:
         """Papers with no sections (no S_{q+p} session of their own), on topics nobody asks about."""
         return [self.paper(f"{prefix}{i}", self.words.phrase(3).capitalize()) for i in range(n)]
 
+    def unresolvable(self) -> list[Reference]:
+        """Cited titles that are in no store: expanding them adds nothing."""
+        return [Reference(title=f"{self.words.phrase(4).capitalize()} (not in the corpus)")
+                for _ in range(self.cfg.cited_per_section)]
+
+    def padded(self, secs: list[Section]) -> list[Section]:
+        """A bridge or decoy gets as many sections as a hub (fillers citing nothing findable), in a random order:
+        every expandable paper then has the same number of valid first actions, so the uniform start policy is the
+        same in every state (P([Stop] first) = 1 / (sections + 1)) and a tiny model needs no outline to imitate it."""
+        fillers = [h for h in OTHER_SECTIONS if h not in {x.heading for x in secs}]
+        secs = secs + [Section(h, self.unresolvable()) for h in self.rng.sample(fillers, self.cfg.other_sections)]
+        self.rng.shuffle(secs)
+        return secs
+
     def hub_sections(self, own: list[tuple[str, list[Reference]]], q: str) -> list[Section]:
         """The task's own sections plus ``other_sections`` distractor ones, in a random order per hub."""
         c = self.cfg
         others = self.rng.sample(OTHER_SECTIONS, c.other_sections)
         secs = [Section(h, refs) for h, refs in own]
         for j, h in enumerate(others):
-            if c.task == "cost":  # titles in no store: expanding them adds nothing
-                refs = [Reference(title=f"{self.words.phrase(4).capitalize()} (not in the corpus)")
-                        for _ in range(c.cited_per_section)]
+            if c.task == "cost":
+                refs = self.unresolvable()
             elif c.task == "two_hops":  # decoys shaped like the bridge, leading to distractors
-                decoy = self.paper(f"{q}-decoy{j}", self.words.phrase(3).capitalize(), sections=[
-                    Section(GOLD_SECTION, [Reference(p) for p in self.leaves(f"{q}-decoy{j}-d", c.cited_per_section)])])
+                decoy = self.paper(f"{q}-decoy{j}", self.words.phrase(3).capitalize(), sections=self.padded(
+                    [Section(DECOY_SECTION, [Reference(p) for p in self.leaves(f"{q}-decoy{j}-d", c.cited_per_section)])]))
                 refs = [Reference(decoy)]
             else:
                 refs = [Reference(p) for p in self.leaves(f"{q}-{h[:3].lower()}", c.cited_per_section)]
@@ -162,10 +178,12 @@ class _Builder:
         own: list[tuple[str, list[Reference]]]
         tq = TaskQuery(q, f"Which papers study {topic}?", topic, hub=f"{q}-hub", gold=gold, optimal={})
         if c.task == "two_hops":
-            tq.bridge = self.paper(f"{q}-bridge", self.words.phrase(3).capitalize(),
-                                   sections=[Section(GOLD_SECTION, [Reference(g) for g in gold])])
+            # every section of the bridge cites the gold papers (its first [Expand] finds them all): the bridge's
+            # own choice is not under test, its value V̂(S_{q+bridge}) is, and it should be clearly high
+            tq.bridge = self.paper(f"{q}-bridge", self.words.phrase(3).capitalize(), sections=[
+                Section(s.heading, [Reference(g) for g in gold]) for s in self.padded([Section(GOLD_SECTION)])])
             own = [(BRIDGE_SECTION, [Reference(tq.bridge)])]
-            tq.optimal = {tq.hub: [BRIDGE_SECTION], tq.bridge: [GOLD_SECTION]}
+            tq.optimal = {tq.hub: [BRIDGE_SECTION], tq.bridge: [self.papers[tq.bridge].outline[0]]}
         else:
             own = [(GOLD_SECTION, [Reference(g) for g in gold])]
             tq.optimal = {tq.hub: [GOLD_SECTION]}
