@@ -5,6 +5,7 @@ Add one line per schema; the dataclass lives next to the code it configures.
 """
 
 from scholar_agents.data_gen.autoscholarquery import AutoScholarQueryConfig
+from scholar_agents.data_gen.crawl_tasks import CrawlTaskConfig
 from scholar_agents.data_gen.crawler_sessions import CrawlerSessionsConfig
 from scholar_agents.data_gen.selector_pairs import SelectorPairsConfig
 from scholar_agents.llm.config import EmbedderConfig, LLMConfig
@@ -35,6 +36,7 @@ SCHEMAS = [
     ("data_gen", "base_autoscholarquery", AutoScholarQueryConfig),
     ("data_gen", "base_crawler_sessions", CrawlerSessionsConfig),
     ("data_gen", "base_selector_pairs", SelectorPairsConfig),
+    ("crawl_task", "base_crawl_task", CrawlTaskConfig),
     ("crawler", "base_crawler", CrawlerPreset),
     ("ppo", "base_ppo", PPOConfig),
     ("cluster", "base_cluster", ClusterConfig),

@@ -485,6 +485,25 @@ def load_section_texts(fmt: str, path: PathLike, paper_ids: Container[str] | Non
         raise ValueError(f"{fmt!r} keeps no section text; full-text formats: unarxive, research_town")
 
 
+def load_paper_jsonl(path: PathLike, skip_bad: bool = False, source: str = "") -> Iterator[Paper]:
+    """Our own record, one ``Paper.to_dict()`` per line (sections with their references): what generated corpora
+    (``scholar data_gen crawl_tasks``) write. ``source`` overrides the records' own when given."""
+    path = Path(path)
+    bad = _BadRecords(path, skip_bad)
+    n = 0
+    for lineno, d in _iter_jsonl(path, bad):
+        try:
+            paper = Paper.from_dict(d)
+        except (KeyError, TypeError, ValueError) as e:
+            bad(str(lineno), f"not a Paper record ({e})")
+            continue
+        if source:
+            paper.source = source
+        n += 1
+        yield paper
+    bad.report(n)
+
+
 # --- dispatch ---------------------------------------------------------------------------------------------------
 
 LOADERS: dict[str, Callable[..., Iterator[Paper]]] = {
@@ -493,6 +512,7 @@ LOADERS: dict[str, Callable[..., Iterator[Paper]]] = {
     "pasa_db": load_pasa_db,
     "unarxive": load_unarxive,
     "research_town": load_research_town,
+    "paper_jsonl": load_paper_jsonl,
 }
 
 

@@ -17,12 +17,14 @@ from typing import Optional, Sequence
 from tqdm.auto import tqdm
 
 from scholar_agents.llm import LLM, Completion, Generation, OutputConstraint, SamplingParams
-from scholar_agents.pasa.actions import action_constraint
+from scholar_agents.pasa.actions import SEARCH, action_constraint, render_response
 from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv, Session
 from scholar_agents.pasa.queries import ScholarQuery
-from scholar_agents.pasa.trajectory import QueryTrajectory
+from scholar_agents.pasa.trajectory import S_Q, QueryTrajectory
 
 log = logging.getLogger(__name__)
+
+SEARCH_WRITERS = ("model", "user_query")
 
 
 @dataclass
@@ -48,8 +50,16 @@ class CrawlerConfig:
     # (assets/crawler_adapter, scripts/train_default_crawler.sh); null = the base model. Not used by PPO or SFT
     # (they train their own configured model) nor by an eval row that names its own crawler_model.
     adapter: Optional[str] = None
+    # Who writes the S_q session: "model" (the paper: the Crawler writes its [Search] queries) or "user_query"
+    # (ours): the environment searches the user's query verbatim and the Crawler writes only S_{q+p} sessions. What
+    # trains and measures the expansion policy alone — the known-answer crawl tasks (data_gen/crawl_tasks.py),
+    # whose tiny random policies cannot copy a query — and the search-then-expand baseline; PPO trains no token of
+    # such a search session (it has none).
+    search: str = "model"
 
     def __post_init__(self) -> None:
+        if self.search not in SEARCH_WRITERS:
+            raise ValueError(f"crawler.policy.search must be one of {', '.join(SEARCH_WRITERS)}, got {self.search!r}")
         if self.constrained and self.logprobs:
             raise ValueError(
                 "crawler.policy.constrained=true cannot be used for PPO rollouts: the recorded log-probs are the "
@@ -87,15 +97,23 @@ class Crawler:
         context) gets an empty "error" completion — counted in ``failed_prompts`` — instead of failing the batch."""
         t0 = time.perf_counter()
         params = self.sampling(run)
-        if self.cfg.constrained:
-            gens = self._generate_constrained(sessions, params)
-        else:
-            gens = self._generate(sessions, params)
+        todo = list(range(len(sessions)))
+        gens: list[Optional[Generation]] = [None] * len(sessions)
+        if self.cfg.search == "user_query":  # the environment's own search: no tokens, nothing to train
+            for i in [i for i in todo if sessions[i].start_state == S_Q]:
+                text = render_response(SEARCH, [sessions[i].state.query.question])
+                gens[i] = Generation(prompt_text="", prompt_token_ids=[], completions=[Completion(text, [], None, "stop")])
+            todo = [i for i in todo if gens[i] is None]
+        if todo:
+            batch = [sessions[i] for i in todo]
+            out = self._generate_constrained(batch, params) if self.cfg.constrained else self._generate(batch, params)
+            if len(out) != len(batch):
+                raise RuntimeError(f"the LLM returned {len(out)} generations for {len(batch)} prompts")
+            for i, g in zip(todo, out):
+                gens[i] = g
         self.timing["gen"] += time.perf_counter() - t0
         self.calls += 1
-        if len(gens) != len(sessions):
-            raise RuntimeError(f"the LLM returned {len(gens)} generations for {len(sessions)} prompts")
-        return gens
+        return gens  # type: ignore[return-value]
 
     def constraint(self, session: Session) -> OutputConstraint:
         """The session's action grammar: searches for S_q, the paper's own section names for S_q+p."""

@@ -129,6 +129,9 @@ class PPOConfig:
     eval_at_start: bool = True  # crawler recall of the starting policy on the held-out queries
     eval_at_end: bool = True
     plot_smoothing: float = 0.6
+    # A known-answer crawl task's task.json (`scholar data_gen crawl_tasks`): log its task/* metrics (optimal-action
+    # rate, recall, actions per query, Selector-class share) every step. null = a real corpus, none known.
+    known_task: str | None = None
 
     def __post_init__(self) -> None:
         if self.estimator not in ESTIMATORS:

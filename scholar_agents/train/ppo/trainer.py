@@ -60,6 +60,7 @@ from scholar_agents.train.ppo.deepspeed_config import (
     zero3_init,
     zero_stage,
 )
+from scholar_agents.train.ppo.known_task import KnownTask
 from scholar_agents.train.ppo.losses import explained_variance, masked_mean, policy_loss, total_loss, value_loss
 from scholar_agents.train.ppo.rollout import (
     QuerySampler,
@@ -323,6 +324,7 @@ class PPOTrainer:
             raise ValueError(f"{len(overlap)} queries are both training and held-out queries (e.g. "
                              f"{sorted(overlap)[:3]}): set queries.train / queries.eval to disjoint ranges")
         self.gold = gold_sets(self.train_queries)
+        self.known_task = KnownTask.load(p.known_task) if p.known_task else None
         self.selector = self.res.selector() if p.use_selector else None
         self.env_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(CrawlConfig), cfg.crawler.env))
         self.eval_policy = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(CrawlerConfig),
@@ -330,7 +332,8 @@ class PPOTrainer:
         self.rollout_policy = CrawlerConfig(
             max_new_tokens=p.max_new_tokens or self.eval_policy.max_new_tokens, temperature=p.temperature,
             top_p=p.top_p, seed=p.seed, logprobs=True, batch_sessions=self.eval_policy.batch_sessions,
-            constrained=self.eval_policy.constrained)  # refused with logprobs: PPO runs unconstrained
+            constrained=self.eval_policy.constrained,  # refused with logprobs: PPO runs unconstrained
+            search=self.eval_policy.search)
 
         # ---- models
         self.tokenizer = self._tokenizer()
@@ -628,6 +631,8 @@ class PPOTrainer:
             "perf/gen_tokens_per_s": gen_tokens / max(crawler.timing["gen"], 1e-9),
             **reward_stats(samples, p.reward_config().cost),
         }
+        if self.known_task is not None:
+            m.update(self.known_task.metrics(records))
         return samples, m
 
     def compute_targets(self, samples: list[SessionSample], frozen: bool,
