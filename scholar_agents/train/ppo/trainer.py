@@ -960,7 +960,9 @@ class PPOTrainer:
             for step in bar:
                 metrics = self.train_step(step)
                 self.logger.log(step + 1, metrics)
-                bar.set_postfix(ret=f"{metrics['rollout/session_return']:.3f}", vf=f"{metrics['critic/vf_loss']:.3f}")
+                # a step whose prompts were all rejected has no losses: show what there is
+                bar.set_postfix(ret=f"{metrics.get('rollout/session_return', float('nan')):.3f}",
+                                vf=f"{metrics.get('critic/vf_loss', float('nan')):.3f}")
                 for cb in self.step_callbacks:
                     cb(step + 1, metrics)
                 stop = handler.should_stop()
