@@ -164,7 +164,8 @@ def search_rows(rankings: Sequence[Sequence[str]], queries: Sequence[ScholarQuer
 
 
 def agent_rows(results, queries: Sequence[ScholarQuery], in_store: dict[str, int],
-               candidates: Optional[Sequence[int]] = None) -> list[dict]:
+               candidates: Optional[Sequence[int]] = None, fallback_search: bool = False) -> list[dict]:
+    """``fallback_search``: whether the row ran with crawler.env.fallback_search (else ``fallback`` is None)."""
     out = []
     for i, (q, r) in enumerate(zip(queries, results)):
         ranking = [p.paper_id for p in r.papers]
@@ -179,6 +180,12 @@ def agent_rows(results, queries: Sequence[ScholarQuery], in_store: dict[str, int
         d["grammar_errors"] = r.to_dict()["grammar_errors"]
         d["action_statuses"] = r.to_dict()["action_statuses"]
         d["stopped_by"] = [t.stopped_by for t in trajs]
+        # issue 29: did the Crawler's own first action search (share of ensemble runs), and how often did
+        # crawler.env.fallback_search search the query for it (per run: 0 or 1)
+        valid = [t.first_search_valid for t in trajs if t.first_search_valid is not None]
+        d["valid_search"] = sum(valid) / len(valid) if valid else None
+        d["fallback_searches"] = r.fallback_searches
+        d["fallback"] = r.fallback_searches > 0 if fallback_search else None
         if candidates is not None:
             d["candidates_searched"] = candidates[i]
         out.append(d)
@@ -216,7 +223,7 @@ def teacher_rows(search, queries: Sequence[ScholarQuery], befores: Sequence[Opti
 
 def summarize(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = BootstrapConfig()) -> dict[str, dict]:
     """Means over queries, each metric with its bootstrap interval (``<metric>_ci``)."""
-    keys = (*METRIC_COLUMNS, "actions", "sessions", "gen_tokens", "wall_s", "n_queue", "n_returned")
+    keys = (*METRIC_COLUMNS, "actions", "sessions", "gen_tokens", "wall_s", "n_queue", "n_returned", "valid_search")
     out = {}
     for name, rows in rows_by_name.items():
         s = mean_metrics(rows, keys)
@@ -225,6 +232,8 @@ def summarize(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = Boots
                 ci = mean_ci([r.get(m) for r in rows], boot)
                 s[f"{m}_ci"] = list(ci) if ci else None
         s["queries"] = len(rows)
+        if any(r.get("fallback") is not None for r in rows):  # queries crawler.env.fallback_search searched
+            s["fallback_queries"] = sum(bool(r.get("fallback")) for r in rows)
         errs: dict[str, int] = {}
         for r in rows:
             for k, v in (r.get("grammar_errors") or {}).items():
@@ -365,6 +374,10 @@ def markdown_table(summary: dict[str, dict], labels: dict[str, str]) -> str:
     with_cands = any(s.get("candidates_searched_mean") is not None for s in summary.values())
     if with_cands:
         cols.insert(-1, "Candidates searched (mean / median)")
+    # issue 29: the Crawler's own valid first [Search] (rate) and the queries crawler.env.fallback_search searched
+    with_fallback = any(s.get("valid_search") is not None for s in summary.values())
+    if with_fallback:
+        cols[-1:-1] = ["Valid search", "Fallback (queries, rate)"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] + ["---:"] * (len(cols) - 1)) + "|"]
     for name, s in summary.items():
         cells = [labels.get(name, name)] + [_fmt_ci(s, m) for m in METRIC_COLUMNS]
@@ -372,6 +385,10 @@ def markdown_table(summary: dict[str, dict], labels: dict[str, str]) -> str:
         if with_cands:
             mean, median = s.get("candidates_searched_mean"), s.get("candidates_searched_median")
             cells.append(f"{_fmt(mean, 1)} / {_fmt(median, 1)}")
+        if with_fallback:
+            fb, n = s.get("fallback_queries"), s.get("queries", 0)
+            off = "off" if s.get("valid_search") is not None else "-"  # an agent row without the fallback
+            cells += [_fmt(s.get("valid_search"), 3), off if fb is None else f"{fb} ({fb / max(n, 1):.0%})"]
         cells.append(str(s.get("queries", 0)))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -582,7 +599,7 @@ def pasa(cfg: DictConfig) -> dict:
         agent = res.agent(spec)
         results = agent.run(chunk, progress=False)
         trajs = [t for r in results for t in r.trajectories] if cfg.save_trajectories else None
-        return agent_rows(results, chunk, in_store, candidates), trajs
+        return agent_rows(results, chunk, in_store, candidates, agent.env.cfg.fallback_search), trajs
 
     kinds = {k: res.resolved_search_kind() if k == "auto" else k
              for k in {s.search or cfg.search.kind for s in specs}}
