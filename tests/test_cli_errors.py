@@ -47,6 +47,14 @@ CASES = [
     (["data_gen", "crawler_sessions", "data_gen.teacher=oracle"], "data_gen.teacher must be one of llm, verified"),
     (["data_gen", "selector_pairs", "data_gen.crawl_queries=oracle"], "data_gen.crawl_queries must be llm or verified"),
     (["eval", "pasa", "setting=everything"], "setting must be date_filtered, whole_corpus, both or null"),
+    (["eval", "pasa", "phrasings=[original,shouting]"], "phrasings must be distinct request forms of original"),
+    # issue 29: checked before the embedder or the LLM loads (these runs end in about a second)
+    (["thought", "run"], "thought run needs queries=<JSONL of {id, query}>"),
+    (["thought", "run", "queries={d}/missing.jsonl"], "queries='{d}/missing.jsonl': no such file"),
+    (["thought", "run", "queries={d}/malformed.jsonl", "knowledge=[{d}/nope.jsonl.gz]"],
+     "knowledge[0]='{d}/nope.jsonl.gz': no such file"),
+    (["scipip", "ideas", "scipip.store_path={d}/nope.sqlite"], "no such paper store; build one with `scholar papers"),
+    (["scipip", "build_db", "scipip.store_path={d}/nope.sqlite"], "no such paper store"),
 ]
 
 
