@@ -51,6 +51,9 @@ def build_llm(cfg: LLMConfig | DictConfig | dict) -> LLM:
     cfg = to_llm_config(cfg)
     if cfg.backend not in BACKENDS:
         raise ValueError(f"unknown llm.backend {cfg.backend!r}; choose one of {list(BACKENDS)}")
+    from scholar_agents.llm.base import SamplingParams, repetition_controls
+
+    repetition_controls(SamplingParams(), cfg)  # a repetition switch the backend lacks: refused before loading
     tokenizer = resolve_model_path(cfg.tokenizer) if cfg.tokenizer else None
     adapter = None
     if cfg.adapter:

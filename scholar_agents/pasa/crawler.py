@@ -17,6 +17,7 @@ from typing import Optional, Sequence
 from tqdm.auto import tqdm
 
 from scholar_agents.llm import LLM, Completion, Generation, OutputConstraint, SamplingParams
+from scholar_agents.llm.base import REPETITION_OFF
 from scholar_agents.pasa.actions import action_constraint
 from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv, Session
 from scholar_agents.pasa.queries import ScholarQuery
@@ -79,8 +80,10 @@ class Crawler:
 
     def sampling(self, run: int = 0) -> SamplingParams:
         c = self.cfg
+        # No repetition control (the llm preset's is for prose): a [Search] copies the user's words, a session
+        # repeats its action tokens, and PPO's log-probs must be the model's own.
         return SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_p=c.top_p,
-                              seed=c.seed + run, logprobs=c.logprobs)
+                              seed=c.seed + run, logprobs=c.logprobs, **REPETITION_OFF)
 
     def generate(self, sessions: Sequence[Session], run: int = 0) -> list[Generation]:
         """One batched generation for all sessions. A prompt the backend rejects (e.g. longer than the model's
