@@ -81,3 +81,34 @@ def test_a_request_phrased_query_never_yields_an_empty_search_under_the_grammar(
         assert "empty_argument" not in t.grammar_errors, sq.response_text
         assert t.first_search_valid and t.fallback_searches == 0, sq.response_text
         assert any(a.kind == "search" and a.argument.strip() for a in sq.actions)
+
+
+REQUESTS = [REQUEST, "Show me research on contrastive learning for sentence embeddings",
+            "All papers about reinforcement learning from human feedback for language models",
+            "I am looking for papers that study the robustness of vision transformers to adversarial attacks.",
+            "Papers that use diffusion models for protein structure generation"]
+
+
+@pytest.mark.slow
+def test_the_shipped_adapter_writes_a_non_empty_search_for_request_phrased_queries(toy, smollm2_dir,  # noqa: F811
+                                                                                    torch_one_thread):
+    """The default Crawler as `pasa search` builds it (crawler=cpu_smollm2: SmolLM2 + the shipped adapter, the
+    grammar, max_query_chars=200). Decoding freely it wrote `[Search] [Stop]` for 3 of 5
+    request-phrased questions (measured 2026-11-26, docs/pasa.md); here the fallback must never be needed."""
+    from scholar_agents.hydra_app import PACKAGE_DIR, compose
+    from scholar_agents.llm import build_llm
+    from scholar_agents.pasa.commands import _structured
+
+    cfg = compose("pasa_search", [])
+    policy = _structured(CrawlerConfig, cfg.crawler.policy)
+    assert policy.constrained is True and policy.max_query_chars == 200
+    llm = build_llm({"model": "embedded:smollm2", "adapter": str(PACKAGE_DIR / "assets" / "crawler_adapter"),
+                     "max_model_len": 2048})
+    store, search = toy
+    env = CrawlEnv(store, search, CrawlConfig(search_k=3, max_sessions=1, fallback_search=True))
+    queries = [ScholarQuery(f"r{i}", q, gold_ids=["B"]) for i, q in enumerate(REQUESTS)]
+    for t in crawl(env, Crawler(llm, policy), queries, progress=False):
+        sq = t.sessions[0]
+        assert t.first_search_valid and t.fallback_searches == 0, sq.response_text
+        assert "empty_argument" not in t.grammar_errors, sq.response_text
+    llm.close()
