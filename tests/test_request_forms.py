@@ -41,7 +41,8 @@ def test_every_form_of_every_question_is_non_empty_and_keeps_its_content_words(f
 def test_forms_have_their_shapes_and_differ_from_the_question():
     q = "Could you mention some papers that propose neural algorithms for f-divergence regularized costs?"
     assert rewrite(q, ORIGINAL) == q
-    assert rewrite(q, "imperative") == "Give me papers that propose neural algorithms for f-divergence regularized costs"
+    rel = "that propose neural algorithms for f-divergence regularized costs"
+    assert rewrite(q, "imperative") == f"Give me papers {rel}"
     assert rewrite(q, "papers_that") == "papers that propose neural algorithms for f-divergence regularized costs"
     assert rewrite(q, "looking_for").startswith("I am looking for papers that propose neural algorithms")
     assert rewrite(q, "show_me").startswith("Show me research that propose")

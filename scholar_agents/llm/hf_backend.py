@@ -161,7 +161,8 @@ class HFBackend(LLM):
 
             # transformers' own penalty, over the generated tokens only (prompt_ignore_length = the padded prompt):
             # an answer may reuse the context's words, it may not repeat its own
-            processors.insert(0, RepetitionPenaltyLogitsProcessor(rep["repetition_penalty"], prompt_ignore_length=width))
+            penalty = RepetitionPenaltyLogitsProcessor(rep["repetition_penalty"], prompt_ignore_length=width)
+            processors.insert(0, penalty)
         processors = processors or None
         out = self.model.generate(**enc, generation_config=gen_cfg, tokenizer=self.tokenizer,
                                   logits_processor=processors)
