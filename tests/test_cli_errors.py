@@ -57,6 +57,14 @@ CASES = [
     # flash attention asked for by name where it cannot load (issue 28 item 3; `auto` is the presets' choice)
     (["train", "crawler_ppo", "ppo.attn_implementation=flash_attention_2"],
      "ppo.attn_implementation=flash_attention_2 but flash_attn does not import"),
+    (["eval", "pasa", "phrasings=[original,shouting]"], "phrasings must be distinct request forms of original"),
+    # issue 29: checked before the embedder or the LLM loads (these runs end in about a second)
+    (["thought", "run"], "thought run needs queries=<JSONL of {id, query}>"),
+    (["thought", "run", "queries={d}/missing.jsonl"], "queries='{d}/missing.jsonl': no such file"),
+    (["thought", "run", "queries={d}/malformed.jsonl", "knowledge=[{d}/nope.jsonl.gz]"],
+     "knowledge[0]='{d}/nope.jsonl.gz': no such file"),
+    (["scipip", "ideas", "scipip.store_path={d}/nope.sqlite"], "no such paper store; build one with `scholar papers"),
+    (["scipip", "build_db", "scipip.store_path={d}/nope.sqlite"], "no such paper store"),
 ]
 
 

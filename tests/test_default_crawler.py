@@ -53,7 +53,8 @@ def test_the_cpu_preset_switch_names_the_shipped_adapter_and_null_is_the_base():
         # an eval row's own fine-tuned checkpoint (or any other model) runs as it is
         assert crawler_adapter_for(cfg, "/some/fine_tuned/final")[0] is None
         assert crawler_adapter_for(compose(root, ["crawler.policy.adapter=null"]))[0] is None
-        assert cfg.crawler.policy.constrained is None  # resolved per Crawler: the grammar without the adapter only
+        # issue 29: the grammar for the adapter too (no empty [Search]), with room for a copied question
+        assert cfg.crawler.policy.constrained is True and cfg.crawler.policy.max_query_chars == 200
     # PPO starts from its own configured policy, never the shipped adapter on top
     assert compose("train_crawler_ppo", []).crawler.policy.adapter is None
 

@@ -52,6 +52,7 @@ METHODS = ("search", "paraphrase", "verified_teacher", "agent")
 # PaSa §5.1 (search before the query date) | ours (search over the whole corpus, expansion still date-filtered)
 SETTINGS = ("date_filtered", "whole_corpus")
 WHOLE_CORPUS_SUFFIX = "@whole_corpus"
+PHRASING_SEP = "~"  # <row>~<request form>[@whole_corpus]: the row on the queries rewritten into that form
 
 
 @dataclass
@@ -74,6 +75,12 @@ class RowSpec:
     limit: Optional[int] = None  # run this row on the first N queries only (slow agents next to cheap searches)
     # false = search the whole corpus (set by ``setting``, not by hand); null = crawler.env.search_date_filter
     search_date_filter: Optional[bool] = None
+    # agent: override crawler.env.fallback_search (search the user's query when the Crawler writes no valid
+    # [Search]); the default `agent` row sets true (the agent as `pasa search` runs it), rows that measure the
+    # learned policy alone leave it null (= false in the presets)
+    fallback_search: Optional[bool] = None
+    # the queries rewritten into this request form (data_gen/request_forms.py; set by ``phrasings``, not by hand)
+    phrasing: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -94,12 +101,25 @@ def settings_of(setting: Optional[str], env_search_date_filter: bool = True) -> 
     return [setting]
 
 
-def row_specs(rows: Any, settings: Sequence[str] = ("date_filtered",)) -> list[RowSpec]:
+def row_specs(rows: Any, settings: Sequence[str] = ("date_filtered",),
+              phrasings: Optional[Sequence[str]] = None) -> list[RowSpec]:
     """The rows, once per setting: a whole-corpus copy is named ``<row>@whole_corpus`` when both settings run
-    (alone it keeps its name; the report states the setting)."""
+    (alone it keeps its name; the report states the setting). With ``phrasings`` (request forms), each row also
+    runs once per form on the rewritten queries, named ``<row>~<form>`` (``original`` keeps the row's name)."""
     rows = OmegaConf.to_container(rows, resolve=True) if isinstance(rows, DictConfig) or hasattr(rows, "_content") \
         else rows
     base = [RowSpec(**r) for r in rows]
+    if phrasings:
+        from scholar_agents.data_gen.request_forms import FORMS, ORIGINAL
+
+        unknown = [f for f in phrasings if f not in FORMS]
+        if unknown or len(set(phrasings)) != len(phrasings):
+            from scholar_agents.validation import UsageError
+
+            raise UsageError(f"phrasings must be distinct request forms of {', '.join(FORMS)}; got {list(phrasings)}")
+        base = [b if f == ORIGINAL else dataclasses.replace(b, name=f"{b.name}{PHRASING_SEP}{f}", phrasing=f,
+                                                            label=f"{b.label or b.name} [{f}]")
+                for f in phrasings for b in base]
     specs = []
     for setting in settings:
         for b in base:
@@ -164,7 +184,8 @@ def search_rows(rankings: Sequence[Sequence[str]], queries: Sequence[ScholarQuer
 
 
 def agent_rows(results, queries: Sequence[ScholarQuery], in_store: dict[str, int],
-               candidates: Optional[Sequence[int]] = None) -> list[dict]:
+               candidates: Optional[Sequence[int]] = None, fallback_search: bool = False) -> list[dict]:
+    """``fallback_search``: whether the row ran with crawler.env.fallback_search (else ``fallback`` is None)."""
     out = []
     for i, (q, r) in enumerate(zip(queries, results)):
         ranking = [p.paper_id for p in r.papers]
@@ -179,6 +200,12 @@ def agent_rows(results, queries: Sequence[ScholarQuery], in_store: dict[str, int
         d["grammar_errors"] = r.to_dict()["grammar_errors"]
         d["action_statuses"] = r.to_dict()["action_statuses"]
         d["stopped_by"] = [t.stopped_by for t in trajs]
+        # issue 29: did the Crawler's own first action search (share of ensemble runs), and how often did
+        # crawler.env.fallback_search search the query for it (per run: 0 or 1)
+        valid = [t.first_search_valid for t in trajs if t.first_search_valid is not None]
+        d["valid_search"] = sum(valid) / len(valid) if valid else None
+        d["fallback_searches"] = r.fallback_searches
+        d["fallback"] = r.fallback_searches > 0 if fallback_search else None
         if candidates is not None:
             d["candidates_searched"] = candidates[i]
         out.append(d)
@@ -216,7 +243,7 @@ def teacher_rows(search, queries: Sequence[ScholarQuery], befores: Sequence[Opti
 
 def summarize(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = BootstrapConfig()) -> dict[str, dict]:
     """Means over queries, each metric with its bootstrap interval (``<metric>_ci``)."""
-    keys = (*METRIC_COLUMNS, "actions", "sessions", "gen_tokens", "wall_s", "n_queue", "n_returned")
+    keys = (*METRIC_COLUMNS, "actions", "sessions", "gen_tokens", "wall_s", "n_queue", "n_returned", "valid_search")
     out = {}
     for name, rows in rows_by_name.items():
         s = mean_metrics(rows, keys)
@@ -225,6 +252,8 @@ def summarize(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = Boots
                 ci = mean_ci([r.get(m) for r in rows], boot)
                 s[f"{m}_ci"] = list(ci) if ci else None
         s["queries"] = len(rows)
+        if any(r.get("fallback") is not None for r in rows):  # queries crawler.env.fallback_search searched
+            s["fallback_queries"] = sum(bool(r.get("fallback")) for r in rows)
         errs: dict[str, int] = {}
         for r in rows:
             for k, v in (r.get("grammar_errors") or {}).items():
@@ -255,6 +284,17 @@ def setting_of(name: str) -> str:
     return "whole_corpus" if name.endswith(WHOLE_CORPUS_SUFFIX) else "date_filtered"
 
 
+def phrasing_of(name: str) -> str:
+    """The request form a row's queries were asked in (``original`` unless the name carries ``~<form>``)."""
+    base = name.removesuffix(WHOLE_CORPUS_SUFFIX)
+    return base.split(PHRASING_SEP, 1)[1] if PHRASING_SEP in base else "original"
+
+
+def group_of(name: str) -> tuple[str, str]:
+    """Rows are compared only within one setting and one phrasing (the same queries, searched the same way)."""
+    return setting_of(name), phrasing_of(name)
+
+
 def _crawling_rows(rows_by_name: dict[str, list[dict]]) -> list[str]:
     """Rows whose every query has a crawler recall (agents, the verified teacher)."""
     return [n for n, rs in rows_by_name.items() if rs and all(r.get("crawler_recall") is not None for r in rs)]
@@ -281,7 +321,7 @@ def comparisons(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = Boo
     out = []
     for a_name in _crawling_rows(rows_by_name):
         for s_name in searches:
-            if setting_of(a_name) != setting_of(s_name):
+            if group_of(a_name) != group_of(s_name):
                 continue
             pairs = _paired(rows_by_name[a_name], rows_by_name[s_name])
             if not pairs:
@@ -297,7 +337,7 @@ def comparisons(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = Boo
                 "crawler_recall_vs_recall_at_k": paired_diff(
                     [a["crawler_recall"] for a, _ in pairs], [s[f"recall_at_{k}"] for _, s in pairs], boot).to_dict(),
                 "equal_budget": paired_diff([a["crawler_recall"] for a, _ in pairs], budget, boot).to_dict(),
-                "budget_capped_queries": capped, "k": k,
+                "budget_capped_queries": capped, "k": k, "phrasing": phrasing_of(a_name),
             }
             if all(a.get(f"recall_at_{k}") is not None for a, _ in pairs):
                 row["recall_at_k_vs_recall_at_k"] = paired_diff(
@@ -313,7 +353,7 @@ def crawler_pairs(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = B
     out = []
     for i, a_name in enumerate(crawling):
         for b_name in crawling[:i]:
-            if setting_of(a_name) != setting_of(b_name):
+            if group_of(a_name) != group_of(b_name):
                 continue
             pairs = _paired(rows_by_name[a_name], rows_by_name[b_name])
             if pairs:
@@ -358,6 +398,28 @@ def comparisons_table(comps: Sequence[dict], labels: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def phrasing_table(summary: dict[str, dict], comps: Sequence[dict], labels: dict[str, str]) -> str:
+    """Issue 29's phrasing robustness: per request form, each crawling row beside the search-only row on the same
+    rewritten queries (paired as in :func:`comparisons`). Empty unless rows ran in more than one phrasing."""
+    if len({phrasing_of(n) for n in summary}) < 2 or not comps:
+        return ""
+    k = comps[0]["k"]
+    lines = [f"| Form | Crawler row | Valid search | Fallback (queries) | Actions/query | Crawler recall | "
+             f"Recall@{k} | Search row | Search recall@{k} | Crawler recall − search recall@{k} | Equal budget |",
+             "|---|---|---:|---:|---:|---:|---:|---|---:|---|---|"]
+    for c in sorted(comps, key=lambda c: (c["setting"], c["search"], c["crawler"].split(PHRASING_SEP)[0],
+                                         c["phrasing"] != "original", c["phrasing"])):
+        a, s = summary[c["crawler"]], summary[c["search"]]
+        fb = a.get("fallback_queries")
+        lines.append(
+            f"| {c['phrasing']} | {labels.get(c['crawler'], c['crawler'])} | {_fmt(a.get('valid_search'), 3)} | "
+            f"{'off' if fb is None and a.get('valid_search') is not None else _fmt(fb, 0)} | "
+            f"{_fmt(a.get('actions'), 2)} | {_fmt_ci(a, 'crawler_recall')} | {_fmt_ci(a, f'recall_at_{k}')} | "
+            f"{labels.get(c['search'], c['search'])} | {_fmt_ci(s, f'recall_at_{k}')} | "
+            f"{_fmt_diff(c['crawler_recall_vs_recall_at_k'])} | {_fmt_diff(c['equal_budget'])} |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown_table(summary: dict[str, dict], labels: dict[str, str]) -> str:
     cols = ["Method", "Crawler Recall", "Precision", "Recall", "Recall@100", "Recall@50", "Recall@20",
             "Actions", "Wall s/query", "Queries"]
@@ -365,6 +427,10 @@ def markdown_table(summary: dict[str, dict], labels: dict[str, str]) -> str:
     with_cands = any(s.get("candidates_searched_mean") is not None for s in summary.values())
     if with_cands:
         cols.insert(-1, "Candidates searched (mean / median)")
+    # issue 29: the Crawler's own valid first [Search] (rate) and the queries crawler.env.fallback_search searched
+    with_fallback = any(s.get("valid_search") is not None for s in summary.values())
+    if with_fallback:
+        cols[-1:-1] = ["Valid search", "Fallback (queries, rate)"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] + ["---:"] * (len(cols) - 1)) + "|"]
     for name, s in summary.items():
         cells = [labels.get(name, name)] + [_fmt_ci(s, m) for m in METRIC_COLUMNS]
@@ -372,6 +438,10 @@ def markdown_table(summary: dict[str, dict], labels: dict[str, str]) -> str:
         if with_cands:
             mean, median = s.get("candidates_searched_mean"), s.get("candidates_searched_median")
             cells.append(f"{_fmt(mean, 1)} / {_fmt(median, 1)}")
+        if with_fallback:
+            fb, n = s.get("fallback_queries"), s.get("queries", 0)
+            off = "off" if s.get("valid_search") is not None else "-"  # an agent row without the fallback
+            cells += [_fmt(s.get("valid_search"), 3), off if fb is None else f"{fb} ({fb / max(n, 1):.0%})"]
         cells.append(str(s.get("queries", 0)))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -393,6 +463,13 @@ def write_report(out: Path, summary: dict[str, dict], labels: dict[str, str], me
                  f"Difference of the means, with the {level} bootstrap interval of the paired difference; "
                  "*above* / *below* when the interval excludes 0. Equal budget = the search ranking cut, per query, "
                  "at the number of papers the crawler put in its queue.", "", comparisons_table(comps, labels)]
+    phr = phrasing_table(summary, comps, labels)
+    if phr:
+        text += ["## Phrasing robustness: the queries rewritten into request forms", "",
+                 "Each form asks the same queries (same gold papers, same dates) in a researcher's phrasing "
+                 "(`data_gen/request_forms.py`). Valid search = the Crawler's first action is a [Search] with a "
+                 "non-empty query (its own, before any fallback); search-only runs on the same rewritten queries.",
+                 "", phr]
     if cpairs:
         text += ["## Crawler rows against each other, paired on the same queries", "",
                  crawler_pairs_table(cpairs, labels)]
@@ -547,7 +624,7 @@ def pasa(cfg: DictConfig) -> dict:
     if not queries:
         raise ValueError(f"{cfg.queries.path}: no query with gold papers (answer_arxiv_id) to evaluate")
     settings = settings_of(cfg.get("setting"), bool(cfg.crawler.env.get("search_date_filter", True)))
-    specs = row_specs(cfg.rows, settings)
+    specs = row_specs(cfg.rows, settings, cfg.get("phrasings"))
     res = Resources(cfg)
     in_store = gold_in_store(queries, res.store)
     count_candidates = CandidateCounter(res.store, bool(cfg.search.get("keep_undated", True)))
@@ -555,6 +632,10 @@ def pasa(cfg: DictConfig) -> dict:
     t_start = time.time()
 
     def run_chunk(spec: RowSpec, chunk: list[ScholarQuery]) -> tuple[list[dict], Any]:
+        if spec.phrasing:  # the same queries (qid, date, gold) asked in a request form (issue 29)
+            from scholar_agents.data_gen.request_forms import rewrite_query
+
+            chunk = [rewrite_query(q, spec.phrasing) for q in chunk]
         # the before-date of this row's searches: the query's (PaSa §5.1) or none (whole corpus); expansion keeps
         # crawler.env.date_filter_expand either way
         filtered = spec.search_date_filter is not False and bool(cfg.crawler.env.date_filter)
@@ -582,7 +663,7 @@ def pasa(cfg: DictConfig) -> dict:
         agent = res.agent(spec)
         results = agent.run(chunk, progress=False)
         trajs = [t for r in results for t in r.trajectories] if cfg.save_trajectories else None
-        return agent_rows(results, chunk, in_store, candidates), trajs
+        return agent_rows(results, chunk, in_store, candidates, agent.env.cfg.fallback_search), trajs
 
     kinds = {k: res.resolved_search_kind() if k == "auto" else k
              for k in {s.search or cfg.search.kind for s in specs}}

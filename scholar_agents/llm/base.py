@@ -34,6 +34,10 @@ class SamplingParams:
     # The completion's required shape (JSON schema / regex / choices / EBNF), applied by masking logits on every
     # backend; None = free text. Log-probs stay the model's raw ones (see constraints.py and docs/foundation.md).
     constraint: OutputConstraint | None = None
+    # Repetition control (llm/config.py): None = the llm preset's value; the neutral value (1.0 / 0 / 0.0) = off.
+    repetition_penalty: float | None = None
+    no_repeat_ngram_size: int | None = None
+    frequency_penalty: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -52,6 +56,34 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+
+# Each repetition switch's neutral value (off), and the switches each backend has (its own library's).
+REPETITION_NEUTRAL = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "frequency_penalty": 0.0}
+REPETITION_SWITCHES = {"hf": ("repetition_penalty", "no_repeat_ngram_size"),
+                       "vllm": ("repetition_penalty", "frequency_penalty"),
+                       "openai": ("frequency_penalty",)}
+REPETITION_OFF = dict(REPETITION_NEUTRAL)  # SamplingParams(**REPETITION_OFF): a request with no repetition control
+
+
+def repetition_controls(params: SamplingParams, cfg) -> dict[str, float]:
+    """The repetition switches a request runs with (the request's, else the preset ``cfg``'s: an LLMConfig), only
+    those that are on; a switch ``cfg.backend`` does not have is refused with its alternatives."""
+    backend = getattr(cfg, "backend", "hf")
+    out = {}
+    for name, neutral in REPETITION_NEUTRAL.items():
+        value = getattr(params, name)
+        if value is None:
+            value = getattr(cfg, name, neutral) if cfg is not None else neutral
+        if value == neutral:
+            continue
+        if name not in REPETITION_SWITCHES[backend]:
+            raise ValueError(f"llm.{name}={value}: the {backend} backend has no such switch; its repetition "
+                             f"controls are {', '.join(REPETITION_SWITCHES[backend])}")
+        if (name == "repetition_penalty" and value <= 0) or value < 0:
+            raise ValueError(f"llm.{name} must be positive, got {value}")
+        out[name] = value
+    return out
 
 
 @dataclass

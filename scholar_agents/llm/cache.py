@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from scholar_agents.llm.base import LLM, Completion, Generation, Prompt, SamplingParams
+from scholar_agents.llm.base import LLM, Completion, Generation, Prompt, SamplingParams, repetition_controls
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +139,9 @@ class CachedLLM(LLM):
         }
         if params.constraint is not None:  # only when set: keys of unconstrained requests stay as they were
             request["constraint"] = params.constraint.cache_key()
+        rep = repetition_controls(params, getattr(self.llm, "cfg", None))  # the preset's or the request's, when on
+        if rep:
+            request["repetition"] = rep
         return [_sha({**request, "sample": j}) for j in range(params.n)]
 
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams | None = None) -> list[Generation]:

@@ -62,6 +62,17 @@ class LLMConfig:
     timeout_s: float = 120.0
     max_retries: int = 5
     retry_backoff_s: float = 1.0
+    # Repetition control of every generate call (issue 29: the embedded SmolLM2 repeats one sentence until the token
+    # limit), each backend's own switch; a request may override it (SamplingParams; the Crawler turns it off: its
+    # [Search] copies the query). Neutral values = off; a switch the backend lacks is refused (llm/base.py):
+    #   repetition_penalty  hf: transformers' RepetitionPenaltyLogitsProcessor over the generated tokens only
+    #                       (prompt_ignore_length: an answer may reuse its context's words); vllm: vLLM's
+    #                       `repetition_penalty` (counts the prompt's tokens too)
+    #   no_repeat_ngram_size  hf only: transformers' (an n-gram of the prompt or output is never generated again)
+    #   frequency_penalty   vllm and openai: OpenAI's (subtracted per occurrence in the output only)
+    repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
+    frequency_penalty: float = 0.0
     # Persistent response cache (SQLite) keyed by model + request; null disables it.
     cache_path: Optional[str] = None
     cache_sampled: bool = True  # also cache sampled (temperature > 0) outputs, keyed by seed and sample index

@@ -55,6 +55,10 @@ def build_llm(cfg: LLMConfig | DictConfig | dict) -> LLM:
 
     if check_init(cfg.init, "llm.init") == "random" and cfg.backend != "hf":
         raise ValueError(f"llm.init=random draws weights in process: it needs llm.backend=hf (got {cfg.backend!r})")
+
+    from scholar_agents.llm.base import SamplingParams, repetition_controls
+
+    repetition_controls(SamplingParams(), cfg)  # a repetition switch the backend lacks: refused before loading
     tokenizer = resolve_model_path(cfg.tokenizer) if cfg.tokenizer else None
     adapter = None
     if cfg.adapter:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from scholar_agents.llm.base import LLM, Completion, Generation, Prompt, SamplingParams
+from scholar_agents.llm.base import LLM, Completion, Generation, Prompt, SamplingParams, repetition_controls
 from scholar_agents.llm.cache import model_identity
 from scholar_agents.llm.completions import build_completion, end_of_sequence_ids
 from scholar_agents.llm.config import LLMConfig
@@ -152,11 +152,13 @@ class HFBackend(LLM):
         # Neutral values set explicitly: a model's generation_config.json (e.g. Qwen2.5's top_k=20,
         # repetition_penalty=1.05) would otherwise fill the unset fields and make hf disagree with vLLM/openai.
         sampling = dict(temperature=params.temperature, top_p=params.top_p, top_k=0) if not params.greedy else {}
+        rep = repetition_controls(params, self.cfg)  # llm.repetition_penalty / no_repeat_ngram_size (transformers')
         gen_cfg = GenerationConfig(
             max_new_tokens=params.max_new_tokens,
             do_sample=not params.greedy,
             **sampling,
-            repetition_penalty=1.0,
+            repetition_penalty=1.0,  # llm.repetition_penalty is the processor below (generated tokens only)
+            no_repeat_ngram_size=rep.get("no_repeat_ngram_size", 0),
             num_return_sequences=n_run,
             eos_token_id=sorted(self.eos_token_ids),
             pad_token_id=self.tokenizer.pad_token_id,
@@ -165,7 +167,15 @@ class HFBackend(LLM):
             output_logits=params.logprobs,
         )
         grammar = self._compiled(params.constraint) if params.constraint is not None else None
-        processors = [GrammarLogitsProcessor(grammar)] if grammar is not None else None
+        processors = [GrammarLogitsProcessor(grammar)] if grammar is not None else []
+        if "repetition_penalty" in rep:
+            from transformers import RepetitionPenaltyLogitsProcessor
+
+            # transformers' own penalty, over the generated tokens only (prompt_ignore_length = the padded prompt):
+            # an answer may reuse the context's words, it may not repeat its own
+            penalty = RepetitionPenaltyLogitsProcessor(rep["repetition_penalty"], prompt_ignore_length=width)
+            processors.insert(0, penalty)
+        processors = processors or None
         out = self.model.generate(**enc, generation_config=gen_cfg, tokenizer=self.tokenizer,
                                   logits_processor=processors)
         new = out.sequences[:, width:]

@@ -26,7 +26,7 @@ import httpx
 import numpy as np
 from tqdm.auto import tqdm
 
-from scholar_agents.llm.base import LLM, Generation, Prompt, SamplingParams
+from scholar_agents.llm.base import LLM, Generation, Prompt, SamplingParams, repetition_controls
 from scholar_agents.llm.cache import model_identity
 from scholar_agents.llm.completions import build_completion, end_of_sequence_ids
 from scholar_agents.llm.config import LLMConfig
@@ -149,6 +149,7 @@ class OpenAIBackend(LLM):
             "include_stop_str_in_output": True,
             "skip_special_tokens": True,
             "add_special_tokens": isinstance(prompt, str),
+            **repetition_controls(params, self.cfg),  # llm.frequency_penalty (OpenAI's own)
         }
         base = {k: v for k, v in payload.items() if v is not None}
         payload = {**base, **self._constraint_fields(params.constraint)} if params.constraint is not None else base

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence
 
 import numpy as np
 
-from scholar_agents.llm.base import LLM, Generation, Prompt, SamplingParams
+from scholar_agents.llm.base import LLM, Generation, Prompt, SamplingParams, repetition_controls
 from scholar_agents.llm.cache import model_identity
 from scholar_agents.llm.completions import build_completion, end_of_sequence_ids
 from scholar_agents.llm.config import LLMConfig
@@ -166,6 +166,7 @@ class VLLMBackend(LLM):
             seed=params.seed,
             logprobs=0 if params.logprobs else None,  # 0 = only the sampled token's logprob
             skip_special_tokens=True,
+            **repetition_controls(params, self.cfg),  # llm.repetition_penalty / frequency_penalty (vLLM's own)
         )
         if params.constraint is not None:
             # vLLM's structured outputs (xgrammar inside); plain dict here, StructuredOutputsParams in run_engine.

@@ -165,19 +165,23 @@ def render_response(kind: str, arguments: Sequence[str]) -> str:
 QUERY_MAX_CHARS = 60  # one [Search] query: a short keyword query, never an action token or a line break
 
 
-def action_constraint(kind: str, sections: Sequence[str] = (), max_actions: int = 6) -> OutputConstraint:
+def action_constraint(kind: str, sections: Sequence[str] = (), max_actions: int = 6,
+                      max_query_chars: int = QUERY_MAX_CHARS) -> OutputConstraint:
     """Table 8's response as an EBNF grammar that :func:`parse_response` reads with no error: ``[Search] q1
-    [Search] q2 [Stop]`` (1..``max_actions`` queries) or ``[Expand] s1 [Expand] s2 [Stop]`` where each ``s`` is
-    one of the paper's real section ``sections`` (0..``max_actions`` of them; ``[Stop]`` alone when it has
-    none). Built per session for expansions; xgrammar / vLLM compile it (one compilation per distinct paper)."""
+    [Search] q2 [Stop]`` (1..``max_actions`` queries of 3..``max_query_chars`` characters, never empty) or
+    ``[Expand] s1 [Expand] s2 [Stop]`` where each ``s`` is one of the paper's real section ``sections``
+    (0..``max_actions`` of them; ``[Stop]`` alone when it has none). Built per session for expansions; xgrammar /
+    vLLM compile it (one compilation per distinct paper)."""
     if kind not in (SEARCH, EXPAND):
         raise ValueError(f"a session response holds search or expand actions, got {kind!r}")
     if max_actions < 1:
         raise ValueError(f"max_actions must be >= 1, got {max_actions}")
+    if not 3 <= max_query_chars <= 1000:
+        raise ValueError(f"max_query_chars must be in [3, 1000], got {max_query_chars}")
     stop = ebnf_literal(" " + ACTION_STOP)
     if kind == SEARCH:
         # A query starts with a letter (SmolLM2 otherwise numbers its queries "1. ...").
-        arg = f"arg ::= [A-Za-z] [^\\[\\]\\x00-\\x1f]{{2,{QUERY_MAX_CHARS - 1}}}"
+        arg = f"arg ::= [A-Za-z] [^\\[\\]\\x00-\\x1f]{{2,{max_query_chars - 1}}}"
         first, more = ebnf_literal(ACTION_SEARCH + " "), ebnf_literal(" " + ACTION_SEARCH + " ")
         return OutputConstraint(grammar=f"root ::= {first} arg ({more} arg){{0,{max_actions - 1}}} {stop}\n{arg}")
     names = list(dict.fromkeys(" ".join(str(s).split()) for s in sections if str(s).strip()))

@@ -76,8 +76,17 @@ class AgentResult:
         """No [Search] / [Expand] of the crawl was executed: the Crawler wrote nothing usable."""
         return sum(t.n_moves for t in self.trajectories) == 0
 
+    @property
+    def fallback_searches(self) -> int:
+        """Searches of the user's query made by ``crawler.env.fallback_search`` (the Crawler wrote no valid one)."""
+        return sum(t.fallback_searches for t in self.trajectories)
+
     def crawl_note(self) -> Optional[str]:
-        """The line the output shows when the crawl yielded no valid action (else None)."""
+        """The line the output shows when the crawl yielded no valid action, or fell back to searching the query
+        (else None)."""
+        if self.fallback_searches:
+            return ("the Crawler wrote no valid [Search] for this query: your query was searched as written "
+                    "(crawler.env.fallback_search=true)")
         if not self.no_valid_action:
             return None
         sessions = sum(len(t.sessions) for t in self.trajectories)
@@ -97,6 +106,8 @@ class AgentResult:
              "papers": [asdict(p) for p in self.papers], "crawl_seconds": self.crawl_seconds,
              "select_seconds": self.select_seconds,
              "actions": sum(t.n_moves for t in self.trajectories),
+             "fallback_searches": self.fallback_searches,
+             "first_search_valid": [t.first_search_valid for t in self.trajectories],
              "sessions": sum(len(t.sessions) for t in self.trajectories),
              "grammar_errors": _sum_counts(t.grammar_errors for t in self.trajectories),
              "action_statuses": _sum_counts(t.action_statuses for t in self.trajectories)}

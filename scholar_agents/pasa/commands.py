@@ -274,6 +274,8 @@ class Resources:
                 agent_cfg.ensemble = spec.ensemble
             if getattr(spec, "search_date_filter", None) is not None:  # eval pasa's setting (whole corpus or not)
                 env_cfg.search_date_filter = spec.search_date_filter
+            if getattr(spec, "fallback_search", None) is not None:  # eval pasa: the agent as `pasa search` runs it
+                env_cfg.fallback_search = spec.fallback_search
         if not self._llms:  # the first agent decides where the engines go
             self.plan_devices(getattr(spec, "crawler_model", None), agent_cfg.use_selector)
         row_adapter = getattr(spec, "adapter", None)

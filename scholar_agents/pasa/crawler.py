@@ -17,7 +17,8 @@ from typing import Optional, Sequence
 from tqdm.auto import tqdm
 
 from scholar_agents.llm import LLM, Completion, Generation, OutputConstraint, SamplingParams
-from scholar_agents.pasa.actions import SEARCH, action_constraint, render_response
+from scholar_agents.llm.base import REPETITION_OFF
+from scholar_agents.pasa.actions import QUERY_MAX_CHARS, SEARCH, action_constraint, render_response
 from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv, Session
 from scholar_agents.pasa.queries import ScholarQuery
 from scholar_agents.pasa.trajectory import S_Q, QueryTrajectory
@@ -45,6 +46,9 @@ class CrawlerConfig:
     # crawler.policy.adapter is applied (the SFT Crawler writes its own actions; resolved by pasa.commands.Resources)
     constrained: Optional[bool] = False
     max_actions_per_session: int = 6  # the grammar's cap on [Search] / [Expand] actions in one response
+    # the grammar's cap on one [Search] query (characters; at least 3, never empty). 60 keeps a base model's queries
+    # short; the shipped adapter copies the user's question (cpu_smollm2: 200, so a question is not cut mid-word)
+    max_query_chars: int = QUERY_MAX_CHARS
     # Ours: a PEFT LoRA adapter applied on the Crawler's model (``llm.model``) when the Crawler is built by
     # `pasa search` / `eval pasa` (llm/adapters.py). The CPU preset ships the verified-teacher SFT of SmolLM2
     # (assets/crawler_adapter, scripts/train_default_crawler.sh); null = the base model. Not used by PPO or SFT
@@ -65,6 +69,8 @@ class CrawlerConfig:
                 "crawler.policy.constrained=true cannot be used for PPO rollouts: the recorded log-probs are the "
                 "model's unconstrained distribution, so the PPO ratio would not be that of the sampled actions. "
                 "Train with crawler.policy.constrained=false (constrain only search/eval of an untrained model)")
+        if not 3 <= self.max_query_chars <= 1000:
+            raise ValueError(f"crawler.policy.max_query_chars must be in [3, 1000], got {self.max_query_chars}")
         if self.max_actions_per_session < 1:
             raise ValueError(f"crawler.policy.max_actions_per_session must be >= 1, got {self.max_actions_per_session}")
 
@@ -89,8 +95,10 @@ class Crawler:
 
     def sampling(self, run: int = 0) -> SamplingParams:
         c = self.cfg
+        # No repetition control (the llm preset's is for prose): a [Search] copies the user's words, a session
+        # repeats its action tokens, and PPO's log-probs must be the model's own.
         return SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_p=c.top_p,
-                              seed=c.seed + run, logprobs=c.logprobs)
+                              seed=c.seed + run, logprobs=c.logprobs, **REPETITION_OFF)
 
     def generate(self, sessions: Sequence[Session], run: int = 0) -> list[Generation]:
         """One batched generation for all sessions. A prompt the backend rejects (e.g. longer than the model's
@@ -118,7 +126,8 @@ class Crawler:
     def constraint(self, session: Session) -> OutputConstraint:
         """The session's action grammar: searches for S_q, the paper's own section names for S_q+p."""
         sections = [s.heading for s in session.paper.sections] if session.paper is not None else []
-        return action_constraint(session.allowed_action, sections, self.cfg.max_actions_per_session)
+        return action_constraint(session.allowed_action, sections, self.cfg.max_actions_per_session,
+                                 self.cfg.max_query_chars)
 
     def _generate_constrained(self, sessions: Sequence[Session], params: SamplingParams) -> list[Generation]:
         """One batched call per distinct grammar (every search session shares one; an expansion's grammar

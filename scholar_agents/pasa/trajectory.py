@@ -51,6 +51,9 @@ class ActionRecord:
     duplicates: int = 0  # candidates already in the queue (or earlier in this action)
     dropped_queue_full: int = 0  # candidates over the queue budget
     added: list[str] = field(default_factory=list)  # papers appended to the queue, in order
+    # crawler.env.fallback_search: the environment searched the user's query because the Crawler wrote no valid
+    # [Search] (not the policy's action: no token span, never trained on)
+    fallback: bool = False
 
     @property
     def executed(self) -> bool:
@@ -119,6 +122,9 @@ class QueryTrajectory:
     grammar_errors: dict[str, int] = field(default_factory=dict)  # code -> count
     action_statuses: dict[str, int] = field(default_factory=dict)  # status -> count (all parsed actions)
     stopped_by: Optional[str] = None  # the budget that ended the crawl early, if any
+    # the S_q response's first action is a [Search] with a non-empty argument, executed (None: no S_q session ran)
+    first_search_valid: Optional[bool] = None
+    fallback_searches: int = 0  # searches of the user's query by crawler.env.fallback_search
     sessions_skipped: int = 0  # queued papers given no S_q+p session (no sections to expand)
     gen_tokens: int = 0
     wall_time_s: float = 0.0

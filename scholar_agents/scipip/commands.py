@@ -31,6 +31,17 @@ def _write(out: Path, name: str, obj: Any) -> Path:
     return path
 
 
+def _check_inputs(sc: SciPIPConfig, backgrounds: bool = False) -> None:
+    """The paper store (and the backgrounds file) exist: checked before any model loads (issue 29)."""
+    from scholar_agents.validation import UsageError
+
+    if not Path(sc.store_path).is_file():
+        raise UsageError(f"scipip.store_path={sc.store_path!r}: no such paper store; build one with `scholar papers "
+                         "build` (the bundled sample), or point scipip.store_path at yours")
+    if backgrounds and not Path(sc.backgrounds_path).is_file():
+        raise UsageError(f"scipip.backgrounds_path={sc.backgrounds_path!r}: no such file")
+
+
 def build_db(cfg: DictConfig) -> dict:
     """Summarise, link and embed papers of the paper store into SciPIP's tables (resumable)."""
     from scholar_agents.llm import build_llm
@@ -39,6 +50,7 @@ def build_db(cfg: DictConfig) -> dict:
     from scholar_agents.scipip.db_build import build_literature_db
 
     sc = scipip_config(cfg)
+    _check_inputs(sc)
     out = output_dir(cfg)
     store = PaperStore(sc.store_path, readonly=True)
     llm = build_llm(cfg.llm)
@@ -72,6 +84,7 @@ def retrieve(cfg: DictConfig) -> dict:
     from scholar_agents.scipip.skc import skc_retrieve
 
     sc = scipip_config(cfg)
+    _check_inputs(sc, backgrounds=True)
     out = output_dir(cfg)
     backgrounds = load_backgrounds(sc.backgrounds_path, sc.num_backgrounds, sc.background_offset)
     embedder = build_embedder(cfg.embedder)
@@ -124,6 +137,7 @@ def ideas(cfg: DictConfig) -> dict:
     from scholar_agents.scipip.idea_generation import IdeaPipeline, load_backgrounds, runs_to_markdown
 
     sc = scipip_config(cfg)
+    _check_inputs(sc, backgrounds=True)
     out = output_dir(cfg)
     backgrounds = load_backgrounds(sc.backgrounds_path, sc.num_backgrounds, sc.background_offset)
     embedder = build_embedder(cfg.embedder)
@@ -157,8 +171,10 @@ def eval_ideas(cfg: DictConfig) -> dict:
 
     judge_cfg: IdeaJudgeConfig = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(IdeaJudgeConfig), OmegaConf.to_container(cfg.scipip.judge, resolve=True)))  # type: ignore[assignment]
     path = Path(str(cfg.ideas_path))
-    if not path.exists():
-        raise FileNotFoundError(f"ideas_path {path} does not exist: run `scholar scipip ideas` first")
+    if not path.is_file():
+        from scholar_agents.validation import UsageError
+
+        raise UsageError(f"ideas_path={str(path)!r}: no such file; run `scholar scipip ideas` first")
     data = json.loads(path.read_text(encoding="utf-8"))
     out = output_dir(cfg)
     llm = build_llm(cfg.llm)

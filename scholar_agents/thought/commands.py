@@ -121,6 +121,21 @@ def _write_jsonl(path: Path, rows, mode: str = "a") -> None:
         os.fsync(f.fileno())
 
 
+def check_inputs(cfg: DictConfig) -> None:
+    """What ``thought run`` needs, checked before the embedder or the LLM loads: a query file for every phase that
+    answers (unless ``phase=all`` asks pre-queries of the knowledge), and every named file present."""
+    from scholar_agents.validation import UsageError, existing_file
+
+    phase = cfg.phase
+    if phase != "ingest" and not cfg.queries and not (phase == "all" and cfg.prequery_from_knowledge):
+        raise UsageError("thought run needs queries=<JSONL of {id, query}> (or prequery_from_knowledge=true with "
+                         "knowledge=[...]), e.g. scholar thought run queries=q.jsonl 'knowledge=[docs.jsonl]'")
+    if cfg.queries:
+        existing_file(cfg.queries, "queries")
+    for i, p in enumerate(cfg.knowledge or []):
+        existing_file(p, f"knowledge[{i}]")
+
+
 def run(cfg: DictConfig) -> dict:
     from scholar_agents.llm import build_llm
     from scholar_agents.llm.embedder import build_embedder
@@ -135,6 +150,7 @@ def run(cfg: DictConfig) -> dict:
     n_shards, shard = int(cfg.shard.count), int(cfg.shard.index)
     if not 0 <= shard < n_shards:
         raise ValueError(f"shard.index must be in [0, shard.count), got {shard}/{n_shards}")
+    check_inputs(cfg)  # before any model loads (issue 29)
 
     embedder = build_embedder(cfg.embedder)
     shared_cache = cfg.llm.get("cache_path")
@@ -163,8 +179,6 @@ def run(cfg: DictConfig) -> dict:
             summary["documents"] = len(docs)
             if phase == "ingest":
                 return _finish(summary, memory, out_dir)
-        if not cfg.queries and not (phase == "all" and cfg.prequery_from_knowledge):
-            raise ValueError("thought run needs queries=<JSONL of {id, query}> (or prequery_from_knowledge=true)")
         tr = ThoughtRetriever(llm, embedder, memory, tr_cfg)
         queries = load_queries(cfg.queries, cfg.scope) if cfg.queries else []
         if cfg.limit:

@@ -297,6 +297,10 @@ class PPOTrainer:
         self.bf16 = native_bf16 if p.bf16 is None else bool(p.bf16)
         self.step_callbacks: list[Callable[[int, dict], None]] = []
 
+        if cfg.crawler.env.get("fallback_search"):  # its searches are the environment's, not sampled actions
+            raise ValueError("crawler.env.fallback_search=true cannot be used for PPO: a fallback search is not an "
+                             "action of the policy (no tokens, no log-prob). Train with crawler.env.fallback_search="
+                             "false")
         # ---- resume point
         self.resume_from = latest_checkpoint(self.ckpt_dir) if p.resume else None
         if not p.resume and latest_checkpoint(self.ckpt_dir) is not None:
