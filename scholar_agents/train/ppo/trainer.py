@@ -268,13 +268,24 @@ class PPOTrainer:
         self.zero3 = self.deepspeed and zero_stage(self.ds_config) == 3
         # accelerate gives us the processes (torch.distributed, gloo on CPU); DeepSpeed engines are built with
         # DeepSpeed's own API below, the same on CPU and GPU (accelerate ignores a DeepSpeed plugin with cpu=True).
-        # The group's timeout is how long a rank may wait in a collective while another works alone (rank 0 building
-        # the index, a checkpoint write): cluster.dist_timeout_minutes, not NCCL's 10-minute default.
+        # The group's timeout is how long a rank may wait in a collective while another works alone (a checkpoint
+        # write, the end-of-run evaluation's slowest share): cluster.dist_timeout_minutes, not NCCL's 10-minute default.
         timeout_min = float((cfg.get("cluster") or {}).get("dist_timeout_minutes")
                             or ClusterConfig.dist_timeout_minutes)
         # (no backend= here: accelerate would take any backend as "distributed", one process too; it picks gloo on CPU,
         # NCCL on GPUs)
         backend = "gloo" if use_cpu else "nccl"
+        # The paper store and search indexes are built BEFORE the process group exists, so no rank waits in a
+        # collective (NCCL's watchdog) while another builds: every rank opens them, the first builds under the
+        # store's and each index's file lock (papers/corpus.py, papers/index.py) and the others wait on that lock,
+        # then load the finished build read-only. The rank's GPU is selected first so that an embedder lands on it.
+        if not use_cpu and "LOCAL_RANK" in os.environ:
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) % max(torch.cuda.device_count(), 1))
+        t_build = time.perf_counter()
+        self.res = Resources(cfg)
+        self.search = self.res.search()
+        log.info("paper store and search index ready in %.1f s (built or loaded before the process group)",
+                 time.perf_counter() - t_build)
         self.accelerator = Accelerator(cpu=use_cpu, kwargs_handlers=[
             InitProcessGroupKwargs(timeout=collectives.timeout(timeout_min))])
         if self.deepspeed:
@@ -310,17 +321,7 @@ class PPOTrainer:
         self.start_step = int(state.get("step", 0))
         set_seed(p.seed + 1000 * self.rank)
 
-        # ---- data, environment, reward model: rank 0 builds the store and indexes first while the others wait in
-        # a barrier (up to the group's timeout), then they load rank 0's build read-only
-        t_build = time.perf_counter()
-        if self.rank != 0:
-            collectives.barrier()
-        self.res = Resources(cfg)
-        self.search = self.res.search()
-        if self.rank == 0:
-            log.info("paper store and search index ready in %.1f s (the other ranks load this build)",
-                     time.perf_counter() - t_build)
-            collectives.barrier()
+        # ---- data, environment, reward model (the store and indexes were built before the process group: above)
         self.train_queries = load_queries(cfg.queries.train)
         self.eval_queries = [q for q in load_queries(cfg.queries.eval) if q.gold_ids]
         overlap = {q.qid for q in self.train_queries} & {q.qid for q in self.eval_queries}
