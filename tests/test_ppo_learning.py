@@ -42,7 +42,7 @@ def known_tasks(tmp_path_factory):
 
 class KnownTasks:
     def __init__(self, root: Path):
-        self.root, self.dirs, self.policies = root, {}, {}
+        self.root, self.dirs, self.policies, self.selectors = root, {}, {}, {}
         from tests.fixtures.llm import make_tiny_qwen2
 
         self.tiny = make_tiny_qwen2(root / "tiny")
@@ -62,7 +62,8 @@ class KnownTasks:
                 "sft.per_device_train_batch_size=8", "sft.warmup_ratio=0", "sft.save_steps=150", "sft.logging_steps=50",
                 "sft.max_length=512", "sft.bf16=false", "logging.wandb.enabled=false", f"paths.output_dir={d / 'sft_run'}"]))
             self.policies[task] = summary["final_dir"]
-        return {"root": self.root, "dir": self.dirs[task], "policy": self.policies[task], "tiny": self.tiny}
+        return {"root": self.root, "dir": self.dirs[task], "policy": self.policies[task], "tiny": self.tiny,
+                "selector": self.selectors.get(task, self.tiny)}
 
 
 def ppo_overrides(kt: dict, task: str, run_dir: Path, **ppo) -> list[str]:
@@ -78,7 +79,7 @@ def ppo_overrides(kt: dict, task: str, run_dir: Path, **ppo) -> list[str]:
             f"queries.train.path={d / 'train.jsonl'}", "queries.train.offset=0", "queries.train.limit=null",
             f"queries.eval.path={d / 'eval.jsonl'}", "queries.eval.offset=0", "queries.eval.limit=null",
             "crawler.policy.search=user_query", "llm.dtype=float32", "llm.device=cpu", "llm.max_model_len=1024",
-            f"selector_llm.model={kt['tiny']}", "selector_llm.dtype=float32", "selector_llm.device=cpu",
+            f"selector_llm.model={kt['selector']}", "selector_llm.dtype=float32", "selector_llm.device=cpu",
             "selector_llm.cache_path=null", "selector_llm.max_model_len=1024", "logging.wandb.mode=disabled",
             *[f"ppo.{k}={v}" for k, v in base.items()]]
 

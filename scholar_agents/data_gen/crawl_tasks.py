@@ -16,17 +16,19 @@ cite different things, and the section headings are shuffled per hub, so the pol
   cross-session term γ1 · Σ_j V̂(S_{q+p_j}).
 - ``cost``: ``Related Work`` cites the gold papers, every other section cites only titles that are in no store
   (expansion finds nothing). The optimum is one [Expand] then [Stop]: actions per query fall as PPO learns c.
-- ``selector``: ``Related Work`` cites the gold papers, ``Applications`` cites papers of the *Selector class* —
-  not gold, but on the query's topic (its words in their titles), so a Selector that judges topicality accepts
-  them — and the other sections cite distractors. Under Eq. 2 those papers pay α each when the Selector is the
-  auxiliary reward: their share of the queue rises with α (PaSa Table 6's direction).
+- ``selector``: ``Related Work`` cites the gold papers, ``Applications`` cites ``selector_class`` papers of the
+  *Selector class* — not gold, but surveys of the query's topic (its words in their titles, "A survey of" in their
+  abstracts), so a Selector that judges topicality accepts them — beside distractors; the other sections cite
+  distractors. Under Eq. 2 a class paper pays α when the Selector is the auxiliary reward, so expanding
+  Applications pays α · |class| − c: taken when α is large, not when it is small — its rate and the class's share
+  of what is collected rise with α (PaSa Table 6's direction).
 
 ``uniform_sft.jsonl`` holds imitation sessions that choose uniformly among the valid actions (any number of
 distinct sections in any order, or [Stop]), rendered with the crawl environment's own prompts: ``crawler_sft`` on
 it gives a start policy that writes the grammar and prefers nothing, and ``task.json`` names the optimal action of
 every state, for the learning tests' optimal-action rate.
 
-    scholar data_gen crawl_tasks task=two_hops out_dir=outputs/crawl_tasks/two_hops
+    scholar data_gen crawl_tasks crawl_task=two_hops out_dir=outputs/crawl_tasks/two_hops
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ class CrawlTaskConfig:
     gold_per_query: int = 3
     cited_per_section: int = 3  # papers (or unresolvable titles) each non-gold section cites
     other_sections: int = 2  # sections besides the task's own (from OTHER_SECTIONS)
-    selector_class: int = 3  # ``selector``: papers the Applications section cites
+    selector_class: int = 1  # ``selector``: class papers the Applications section cites (besides distractors)
     sft_samples_per_state: int = 4  # uniform imitation responses per session state
     seed: int = 0
 
@@ -190,9 +192,10 @@ class _Builder:
         if c.task == "selector":
             # on the query's topic (its words once in the title) but not gold: found only through Applications,
             # since search_k=1 returns the hub, whose title and abstract repeat the topic
-            tq.selector_class = [self.paper(f"{q}-sel{j}", f"{topic.capitalize()} {self.words.phrase(2)}")
-                                 for j in range(c.selector_class)]
-            own.append((SELECTOR_SECTION, [Reference(p) for p in tq.selector_class]))
+            tq.selector_class = [self.paper(f"{q}-sel{j}", title := f"{topic.capitalize()} {self.words.phrase(2)}",
+                                            f"A survey of {title.lower()}.") for j in range(c.selector_class)]
+            filler = self.leaves(f"{q}-app", max(c.cited_per_section - c.selector_class, 0))
+            own.append((SELECTOR_SECTION, [Reference(p) for p in tq.selector_class + filler]))
             tq.optimal[tq.hub] = [GOLD_SECTION, SELECTOR_SECTION]  # when α · |class| > c (the Selector accepts)
         self.paper(tq.hub, f"{topic.capitalize()}: {self.words.phrase(2)}",
                    f"A study of {topic}. We review {topic} and its uses.", sections=self.hub_sections(own, q))

@@ -10,6 +10,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
+from scholar_agents.data_gen.crawl_tasks import SELECTOR_SECTION
 from scholar_agents.pasa.trajectory import S_Q, SessionRecord
 
 
@@ -35,8 +36,9 @@ class KnownTask:
         credit assignment moves: a policy that merely expands more keeps it at the start policy's);
         ``task/hub_stop_rate``: hub sessions that expand nothing; ``task/recall``: gold papers collected by the step's
         sessions per query; ``task/actions_per_query``: executed [Search] + [Expand]; ``task/selector_share``: the
-        Selector class among the papers collected (the hub and search hits excluded)."""
-        hub, exact, covered, stopped, hub_expands, optimal_expands = 0, 0, 0, 0, 0, 0
+        Selector class among the papers collected (the hub and search hits excluded); ``task/selector_section_rate``:
+        hub sessions that expand a section citing the Selector class."""
+        hub, exact, covered, stopped, hub_expands, optimal_expands, selector_section = 0, 0, 0, 0, 0, 0, 0
         found: dict[str, set] = defaultdict(set)
         actions: dict[str, int] = defaultdict(int)
         collected, selector = 0, 0
@@ -56,6 +58,7 @@ class KnownTask:
                 expanded = {a.argument for a in executed if a.kind == "expand"}
                 optimal = set(q["optimal"][q["hub"]])
                 hub_expands += len(expanded)
+                selector_section += bool(q["selector_class"]) and SELECTOR_SECTION in expanded
                 optimal_expands += len(expanded & optimal)
                 exact += expanded == optimal
                 covered += optimal <= expanded
@@ -68,6 +71,8 @@ class KnownTask:
                         "task/hub_stop_rate": stopped / hub})
         if hub_expands:
             out["task/optimal_share"] = optimal_expands / hub_expands
+        if hub and self.task == "selector":
+            out["task/selector_section_rate"] = selector_section / hub
         if qids:
             out.update({"task/recall": sum(recall) / len(recall),
                         "task/actions_per_query": sum(actions[q] for q in qids) / len(qids)})
