@@ -8,6 +8,15 @@ import pytest
 from scholar_agents.hydra_app import compose
 
 
+def tiny_eval_overrides(tmp_path_factory, out, model_dir, rows: str, *extra: str) -> list[str]:
+    """`eval pasa` on the tiny model (Crawler and Selector) and the bundled sample, BM25, writing to ``out``; one
+    sample store + index for every PaSa test of the session (built once, then reused)."""
+    return [f"paths.cache_dir={tmp_path_factory.getbasetemp() / 'pasa_cache'}", f"paths.output_dir={out}",
+            "search=bm25", f"rows={rows}",
+            f"llm.model={model_dir}", "llm.dtype=float32", "llm.max_model_len=1024",
+            f"selector_llm.model={model_dir}", "selector_llm.dtype=float32", "selector_llm.max_model_len=1024", *extra]
+
+
 def test_eval_pasa_rows_report_and_resume(tmp_path, tmp_path_factory, tiny_model_dir):
     from scholar_agents.eval.pasa import pasa
 
@@ -15,15 +24,8 @@ def test_eval_pasa_rows_report_and_resume(tmp_path, tmp_path_factory, tiny_model
     rows = ('[{name: search_bm25, method: search, search: bm25}, '
             '{name: paraphrase_bm25, method: paraphrase, search: bm25}, '
             '{name: agent_no_expand, method: agent, expand: false, instructed_prompts: true, limit: 2}]')
-    overrides = [
-        # one sample store + index for every PaSa test of the session (built once, then reused)
-        f"paths.cache_dir={tmp_path_factory.getbasetemp() / 'pasa_cache'}", f"paths.output_dir={out}", "search=bm25",
-        f"rows={rows}",
-        "queries.limit=3", "chunk_queries=2",
-        f"llm.model={tiny_model_dir}", "llm.dtype=float32", "llm.max_model_len=1024",
-        f"selector_llm.model={tiny_model_dir}", "selector_llm.dtype=float32", "selector_llm.max_model_len=1024",
-        "crawler.env.max_sessions=1", "crawler.policy.max_new_tokens=8",
-    ]
+    overrides = tiny_eval_overrides(tmp_path_factory, out, tiny_model_dir, rows, "queries.limit=3", "chunk_queries=2",
+                                    "crawler.env.max_sessions=1", "crawler.policy.max_new_tokens=8")
     res = pasa(compose("eval_pasa", overrides))
     summary = res["summary"]
     assert set(summary) == {"search_bm25", "paraphrase_bm25", "agent_no_expand"}

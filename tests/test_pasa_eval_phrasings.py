@@ -5,6 +5,7 @@ with search-only on the same rewritten queries, and the per-form table in the re
 import json
 
 from scholar_agents.hydra_app import compose
+from tests.test_pasa_eval import tiny_eval_overrides
 
 
 def test_eval_pasa_phrasings_count_valid_searches_and_fallbacks(tmp_path, tmp_path_factory, tiny_model_dir):
@@ -14,15 +15,11 @@ def test_eval_pasa_phrasings_count_valid_searches_and_fallbacks(tmp_path, tmp_pa
     rows = ('[{name: search_bm25, method: search, search: bm25}, '
             '{name: agent, method: agent, expand: false, use_selector: false, fallback_search: true}, '
             '{name: policy, method: agent, expand: false, use_selector: false}]')
-    overrides = [
-        f"paths.cache_dir={tmp_path_factory.getbasetemp() / 'pasa_cache'}", f"paths.output_dir={out}", "search=bm25",
-        f"rows={rows}", "phrasings=[original,imperative,looking_for]",
+    overrides = tiny_eval_overrides(
+        tmp_path_factory, out, tiny_model_dir, rows, "phrasings=[original,imperative,looking_for]",
         "queries.limit=3", "chunk_queries=3", "bootstrap.samples=50",
-        f"llm.model={tiny_model_dir}", "llm.dtype=float32", "llm.max_model_len=1024",
-        f"selector_llm.model={tiny_model_dir}", "selector_llm.dtype=float32", "selector_llm.max_model_len=1024",
         # 6 tokens cannot hold "[Search] <query> [Stop]": every first search is cut off, so the fallback must act
-        "crawler.env.max_sessions=1", "crawler.policy.max_new_tokens=6",
-    ]
+        "crawler.env.max_sessions=1", "crawler.policy.max_new_tokens=6")
     summary = pasa(compose("eval_pasa", overrides))["summary"]
     assert set(summary) == {f"{r}{f}" for r in ("search_bm25", "agent", "policy")
                             for f in ("", "~imperative", "~looking_for")}

@@ -25,7 +25,6 @@ import torch
 from scholar_agents.hydra_app import CONF_DIR, compose
 from scholar_agents.llm import SamplingParams
 from scholar_agents.llm.config import LLMConfig
-from scholar_agents.validation import UsageError
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -92,8 +92,8 @@ def describe(configured_minutes: float | None = None) -> str:
         # — accelerate's state is a process-wide singleton — keeps its own)
         group = dist.distributed_c10d._get_default_group()
         applied = group._get_backend(device).options._timeout
-    except Exception:  # noqa: BLE001 — only the log line depends on it
-        pass
+    except (AttributeError, RuntimeError, TypeError) as e:  # only the log line depends on it: say "unknown"
+        log.debug("process group timeout not readable (%s: %s)", type(e).__name__, e)
     t = f"{applied.total_seconds() / 60:g} min" if applied is not None else "unknown"
     if configured_minutes is not None and applied is not None and abs(applied.total_seconds() / 60
                                                                       - configured_minutes) > 1e-6:
