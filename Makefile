@@ -47,12 +47,14 @@ bench: setup
 	$(PY) bench/search.py
 
 # The one-GPU check (docs/cluster.md "One-H100 check"): probe, PPO and SFT under torchrun on one GPU, measured per
-# phase beside `scholar plan`; GPU_CHECK_PROFILE=cpu runs its CPU twin. A bare GPU image lacks hydra, deepspeed, trl
+# phase beside `scholar plan`; it refuses to start without CUDA (never a silent CPU run): GPU_CHECK_PROFILE=cpu runs
+# its CPU twin. A bare GPU image lacks hydra, deepspeed, trl
 # and more: they travel packed in .gpu_pack/site-packages.tar.xz, built by `make gpu-pack` where a registry is reachable.
 GPU_CHECK_OUT ?= outputs/gpu_check
+GPU_CHECK_PROFILE ?= gpu
 gpu-check:
 	@test -f .gpu_pack/site-packages.tar.xz || $(MAKE) gpu-pack
-	PYTHON=$(if $(wildcard $(PY)),$(PY),python3) bash scripts/gpu_check.sh $(GPU_CHECK_OUT)
+	GPU_CHECK_PROFILE=$(GPU_CHECK_PROFILE) PYTHON=$(if $(wildcard $(PY)),$(PY),python3) bash scripts/gpu_check.sh $(GPU_CHECK_OUT)
 
 slurm-up:
 	bash slurm/local_cluster.sh start

@@ -144,3 +144,16 @@ def test_one_hop_learns_under_torchrun_and_zero3_as_the_paper_preset_runs(known_
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert mean(rows, "task/optimal_action_rate", slice(-3, None)) >= 0.6
     assert mean(rows, "task/recall", slice(-3, None)) >= 0.6
+
+
+def test_the_measurement_script_runs_the_same_harness(tmp_path):
+    """scripts/ppo_known_tasks.py (how the thresholds above were measured) drives this module's harness: one seed,
+    2 steps of one_hop, one JSON line with the task/* means."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled",
+           "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "ppo_known_tasks.py"), "one_hop", "--seeds", "0",
+                           "--root", str(tmp_path), "total_steps=2"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert line["steps"] == 2 and 0.0 <= line["first2"]["optimal_action_rate"] <= 1.0

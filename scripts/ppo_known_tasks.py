@@ -1,0 +1,122 @@
+"""Seeds x settings of session-level PPO on the known-answer crawl tasks (issue 26): what the thresholds in
+tests/test_ppo_learning.py and the tables in docs/ppo.md were measured with. Each run is the learning tests' own
+`train crawler_ppo` (tests/test_ppo_learning.py: the tiny random Qwen2 after `train crawler_sft` on the task's
+uniform sessions); one JSON line per run (means of the first 2 and the last 3 steps, and the per-step curves).
+
+    python scripts/ppo_known_tasks.py one_hop --seeds 0,1,2,3 total_steps=12
+    python scripts/ppo_known_tasks.py one_hop --name gae estimator=gae
+    python scripts/ppo_known_tasks.py cost total_steps=15
+    python scripts/ppo_known_tasks.py two_hops --size crawl_task.gold_per_query=6 total_steps=30 \\
+        policy_freeze_steps=5 lr=5e-4 value_clip_eps=10 gamma1=0.1        # and gamma1=0.5, gamma1=0.0
+    python scripts/ppo_known_tasks.py selector --selector use_selector=true alpha=0.05 total_steps=15
+
+`--selector` first trains the task's Selector (`train selector_sft` on the task's pairs: the Selector class and the
+gold papers True, distractors False) and prints its accept rates. Trailing key=value pairs are ppo.* overrides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+KEYS = ("optimal_action_rate", "optimal_share", "optimal_section_rate", "hub_stop_rate", "recall", "actions_per_query",
+        "selector_section_rate", "selector_share")
+
+
+def train_selector(kt, task: str) -> Path:
+    """The task's Selector: `train selector_sft` on (question, paper) pairs from task.json."""
+    from scholar_agents.hydra_app import compose
+    from scholar_agents.papers.loaders import load_source
+    from scholar_agents.pasa.prompts import selector_messages, selector_target
+    from scholar_agents.train.selector_sft import selector_sft
+
+    info = kt[task]
+    spec = json.loads((info["dir"] / "task.json").read_text())
+    papers = {p.paper_id: p for p in load_source("paper_jsonl", info["dir"] / "papers.jsonl.gz")}
+    rng, rows = random.Random(0), []
+    for q in spec["queries"]["train"]:
+        labelled = [(p, True) for p in q["selector_class"] + q["gold"]]
+        labelled += [(p, False) for p in rng.sample(q["distractors"], min(4, len(q["distractors"])))]
+        for pid, label in labelled:
+            p = papers[pid]
+            rows.append({"messages": selector_messages(q["question"], p.title, p.abstract) + [
+                {"role": "assistant", "content": selector_target(label, "on topic" if label else "off topic")}]})
+    rng.shuffle(rows)
+    data = info["root"] / f"{task}_selector_pairs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = info["root"] / f"{task}_selector_sft"
+    summary = selector_sft(compose("train_selector_sft", [
+        f"sft.model={kt.tiny}", f"sft.train_file={data}", f"sft.output_dir={out}", "sft.max_steps=100",
+        "sft.learning_rate=3e-3", "sft.lr_scheduler_type=constant", "sft.per_device_train_batch_size=8",
+        "sft.warmup_ratio=0", "sft.save_steps=100", "sft.logging_steps=25", "sft.max_length=512", "sft.bf16=false",
+        "logging.wandb.enabled=false", f"paths.output_dir={info['root'] / 'selector_sft_run'}"]))
+    final = Path(summary["final_dir"])
+    accept_rates(final, spec, papers)
+    return final
+
+
+def accept_rates(model: Path, spec: dict, papers: dict) -> None:
+    from scholar_agents.llm import build_llm
+    from scholar_agents.llm.config import LLMConfig
+    from scholar_agents.pasa.selector import Selector, SelectorConfig
+
+    sel = Selector.from_config(build_llm(LLMConfig(backend="hf", model=str(model), dtype="float32", device="cpu",
+                                                   batch_size=16, max_model_len=1024)), SelectorConfig())
+    for split, queries in spec["queries"].items():
+        reqs = [(kind, q["question"], papers[pid]) for q in queries
+                for kind, ids in (("class", q["selector_class"]), ("gold", q["gold"]), ("distractor", q["distractors"][:4]))
+                for pid in ids]
+        decisions = sel.accept_many([(question, [p]) for _, question, p in reqs])
+        rates = {k: [d[0] for (kind, _, _), d in zip(reqs, decisions) if kind == k] for k in ("class", "gold", "distractor")}
+        print(json.dumps({"selector_accepts": split, **{k: round(sum(v) / len(v), 3) for k, v in rates.items() if v}}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("task", choices=["one_hop", "two_hops", "cost", "selector"])
+    ap.add_argument("overrides", nargs="*", help="ppo.<key>=<value> without the ppo. prefix")
+    ap.add_argument("--seeds", default="0,1,2,3")
+    ap.add_argument("--name", default=None, help="run name (default: the task)")
+    ap.add_argument("--root", default="outputs/ppo_known_tasks", help="tasks, start policies and runs go here")
+    ap.add_argument("--size", action="append", default=[], help="a crawl_task override, e.g. crawl_task.gold_per_query=6")
+    ap.add_argument("--selector", action="store_true", help="train the task's Selector first and reward with it")
+    args = ap.parse_intermixed_args()
+
+    import torch
+
+    import tests.test_ppo_learning as harness
+
+    torch.set_num_threads(1)
+    harness.TASK_SIZES[args.task] = harness.TASK_SIZES.get(args.task, []) + args.size
+    root = Path(args.root)
+    kt = harness.KnownTasks(root / "base")
+    if args.selector:
+        kt.selectors[args.task] = train_selector(kt, args.task)
+    ppo = dict(o.split("=", 1) for o in args.overrides)
+    name = args.name or args.task
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        t0, run_dir = time.time(), root / "runs" / f"{name}_s{seed}"
+        if run_dir.exists():
+            raise SystemExit(f"{run_dir} exists: choose another --name or remove it")
+        rows = harness.run_ppo(kt, args.task, run_dir, **{"seed": seed, **ppo})
+
+        def mean(key, part):
+            vals = [r[f"task/{key}"] for r in rows[part] if f"task/{key}" in r]
+            return round(sum(vals) / len(vals), 3) if vals else None
+
+        print(json.dumps({"name": name, "seed": seed, "seconds": round(time.time() - t0), "steps": len(rows),
+                          "first2": {k: mean(k, slice(0, 2)) for k in KEYS},
+                          "last3": {k: mean(k, slice(-3, None)) for k in KEYS},
+                          "curve_optimal_share": [r.get("task/optimal_share") for r in rows],
+                          "curve_explained_var": [r.get("critic/vf_explained_var") for r in rows]}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
