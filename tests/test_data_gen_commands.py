@@ -341,3 +341,41 @@ def test_autoscholarquery_on_the_tiny_model_counts_noise(tiny_model_dir, corpus,
     assert p["unusable"] + p["usable"] == p["outputs"]
     again = autoscholarquery(compose("data_gen_autoscholarquery", overrides))["stats"]
     assert again["llm_prompts_this_run"] == 0 and again["shards"]["computed"] == 0
+
+
+def test_crawler_sessions_request_forms_reuse_the_verified_searches(corpus, tmp_path):
+    """Issue 29 item 2: each verified search session is also asked in request forms (same gold, same searches,
+    same split); the topic candidate comes first; bad form names are refused before anything runs."""
+    from scholar_agents.data_gen.request_forms import rewrite, topic
+    from scholar_agents.validation import UsageError
+
+    out = tmp_path / "cs_forms"
+    overrides = [f"out_dir={out}", "limit=12", "data_gen.shard_size=6", "data_gen.eval_fraction=0.25", *corpus,
+                 *SEARCH, "llm.model=/nonexistent/never/loaded", "data_gen.topic_candidate=true",
+                 "data_gen.request_forms=[imperative,looking_for,multi_sentence]", "data_gen.request_forms_per_query=2"]
+    st = crawler_sessions(compose("data_gen_crawler_sessions", overrides))["stats"]
+    rows = [r for f in ("train.jsonl", "eval.jsonl") for r in _rows(out / f) if r["meta"]["kind"] == "search"]
+    originals = {r["meta"]["qid"]: r for r in rows if "form" not in r["meta"]}
+    copies = [r for r in rows if "form" in r["meta"]]
+    assert originals and len(copies) == 2 * len(originals)  # two of the three forms per query
+    for r in copies:
+        m, o = r["meta"], originals[r["meta"]["qid"]]
+        assert m["user_query"] == rewrite(o["meta"]["user_query"], m["form"]) != o["meta"]["user_query"]
+        assert m["user_query"] in r["messages"][0]["content"]
+        assert r["messages"][1]["content"] == o["messages"][1]["content"]  # the same verified searches
+    # the split is by query: a query's forms are where its original is
+    for name in ("train.jsonl", "eval.jsonl"):
+        qids = {r["meta"]["qid"] for r in _rows(out / name)}
+        assert all(c["meta"]["qid"] in qids for c in copies if c["meta"]["qid"] in
+                   {r["meta"]["qid"] for r in _rows(out / name) if "form" not in r["meta"]})
+    v = st["verified_teacher"]
+    assert v["search_sessions"] == len([r for r in _rows(out / "train.jsonl")
+                                        if r["meta"]["kind"] == "search" and "form" not in r["meta"]])
+    assert "topic" in v["kept_queries_by_source"]  # the topic ties the question and comes first
+    kept_topic = [k for o in originals.values() for k in o["meta"]["verified"] if k["source"] == "topic"]
+    assert all(k["query"] == topic(o["meta"]["user_query"]) for o in originals.values()
+               for k in o["meta"]["verified"] if k["source"] == "topic") and kept_topic
+    assert sum(st["counts"][f"search_sessions_{f}"] for f in ("imperative", "looking_for", "multi_sentence")) \
+        == len(copies)
+    with pytest.raises(UsageError, match="unknown"):
+        crawler_sessions(compose("data_gen_crawler_sessions", [*overrides, "data_gen.request_forms=[imperativ]"]))

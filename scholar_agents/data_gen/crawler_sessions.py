@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import random
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -78,6 +78,14 @@ class CrawlerSessionsConfig:
     hindsight: bool = True
     hindsight_min_support: float = 0.5
     hindsight_phrases_per_title: int = 5
+    # ours (issue 29): the question's content without its request head ("propose X") as the first candidate
+    # (verified_teacher.py `topic`): the searches then read the same whatever form the user asks in
+    topic_candidate: bool = False
+    # ours (issue 29): each verified search session also asked in these request forms (data_gen/request_forms.py:
+    # imperative, papers_that, looking_for, show_me, multi_sentence) with the same gold and the same verified
+    # searches; `request_forms_per_query`: that many of them per query, drawn with the seed (null = all)
+    request_forms: list = field(default_factory=list)
+    request_forms_per_query: Optional[int] = None
     llm_candidates: bool = False
     verified_fallback_raw: bool = True
     # Expand sessions (A.1)
@@ -158,13 +166,32 @@ def _verified_teacher(llm, env, search, queries: list[ScholarQuery], dg, seed: i
     cands = [candidate_queries(q.question, q.gold_titles, lq, n_key_phrases=int(dg.key_phrases),
                                ngram=int(dg.key_phrase_ngram), hindsight=bool(dg.hindsight),
                                min_support=float(dg.hindsight_min_support),
-                               per_title=int(dg.hindsight_phrases_per_title))
+                               per_title=int(dg.hindsight_phrases_per_title),
+                               topic_first=bool(dg.get("topic_candidate", False)))
              for q, lq in zip(queries, llm_qs)]
     befores = [env.search_before(q.before) if env.cfg.date_filter else None for q in queries]
     verified = verify_queries(search, queries, cands, befores, env.cfg.search_k, int(dg.verified_max_queries),
                               bool(dg.verified_fallback_raw))
     stats["verified_candidates_searched"] += sum(len(c) for c in cands)
     return verified
+
+
+def _forms_of(qid: str, dg, seed: int) -> list[str]:
+    """The request forms this query's search session is also asked in (``data_gen.request_forms``)."""
+    forms = [str(f) for f in (dg.get("request_forms") or [])]
+    k = dg.get("request_forms_per_query")
+    if k is None or int(k) >= len(forms):
+        return forms
+    return sorted(random.Random(f"{seed}/request_forms/{qid}").sample(forms, int(k)), key=forms.index)
+
+
+def _in_form(env, row: dict, q: ScholarQuery, form: str, response: str) -> dict:
+    """``row`` (a search session) with the user query asked in request ``form``: same gold, same verified searches."""
+    from scholar_agents.data_gen.request_forms import rewrite
+
+    asked = rewrite(q.question, form)
+    meta = dict(row["meta"], user_query=asked, form=form, original_question=q.question)
+    return {"messages": env.state_messages(asked) + [{"role": "assistant", "content": response}], "meta": meta}
 
 
 def sessions_for_shard(llm, env, search, store, queries: list[ScholarQuery], dg, seed: int) -> tuple[list[dict], dict]:
@@ -192,6 +219,9 @@ def sessions_for_shard(llm, env, search, store, queries: list[ScholarQuery], dg,
                                       "raw_query_recall_at_budget": v.raw_recall_at_budget,
                                       "fallback_raw_query": v.fallback}})
                 stats["search_sessions"] += 1
+                for form in _forms_of(q.qid, dg, seed):
+                    rows.append(_in_form(env, rows[-1], q, form, response))
+                    stats[f"search_sessions_{form}"] += 1
     else:
         teacher, raw = _llm_teacher(llm, queries, dg, seed, stats)
         rows = []
@@ -255,7 +285,9 @@ def verified_summary(rows: list[dict], max_queries: int, search_k: int) -> dict[
     """The verified teacher over the TRAIN search sessions: its recall (the ceiling a student imitating it can
     reach with <= max_queries searches) next to the raw user query's at the environment's k and at the same paper
     budget, and each kept position's mean marginal recall."""
-    metas = [r["meta"] for r in rows if r["meta"]["kind"] == SEARCH and "verified" in r["meta"]]
+    # the original phrasing only: a request-form copy repeats its searches
+    metas = [r["meta"] for r in rows if r["meta"]["kind"] == SEARCH and "verified" in r["meta"]
+             and "form" not in r["meta"]]
     if not metas:
         return {"search_sessions": 0}
     n = len(metas)
@@ -276,6 +308,7 @@ def verified_summary(rows: list[dict], max_queries: int, search_k: int) -> dict[
         # the mean over sessions that kept a query at that position
         "mean_marginal_recall_by_position": [sum(v) / len(v) if v else None for v in by_pos],
         "kept_queries_by_source": dict(sources),
+        "sessions_with_several_searches": sum(len(m["verified"]) > 1 for m in metas),
         "papers_per_search": search_k,
         "max_queries": max_queries,
     }
@@ -292,6 +325,17 @@ def crawler_sessions(cfg: DictConfig) -> dict:
     limit = optional_positive_int(cfg.get("limit"), "limit", "the first N user queries; null = all")
     if dg.teacher not in TEACHERS:
         raise UsageError(f"data_gen.teacher must be one of {', '.join(TEACHERS)}, got {dg.teacher!r}")
+    if dg.get("request_forms"):
+        from scholar_agents.data_gen.request_forms import FORMS, ORIGINAL
+
+        bad = [f for f in dg.request_forms if f not in FORMS or f == ORIGINAL]
+        if bad:
+            raise UsageError(f"data_gen.request_forms: unknown {bad}; forms: "
+                             f"{', '.join(f for f in FORMS if f != ORIGINAL)} (the original is always kept)")
+        if dg.teacher != "verified":
+            raise UsageError("data_gen.request_forms needs data_gen.teacher=verified (the forms reuse its searches)")
+    if dg.get("request_forms_per_query") is not None and int(dg.request_forms_per_query) < 1:
+        raise UsageError(f"data_gen.request_forms_per_query must be >= 1 or null, got {dg.request_forms_per_query}")
     if int(dg.verified_max_queries) < 1:
         raise UsageError(f"data_gen.verified_max_queries must be >= 1, got {dg.verified_max_queries}")
     if cfg.crawler.env.get("prompt_style", "paper") != "paper":

@@ -71,6 +71,19 @@ def relative_clause(question: str) -> str:
     return "that " + rest  # a verb phrase: "Which studies indicate X" -> "that indicate X"
 
 
+# the linker that makes the content read after "papers" (cut for the bare topic)
+_LINKER = re.compile(r"^(?:that|which|who|where|about|on|regarding|concerning|related\s+to|relating\s+to)\s+", re.I)
+
+
+def topic(question: str) -> str:
+    """The question's content without its request head or linker ("Which papers propose X?" -> "propose X"):
+    the part every request form of the question shares verbatim, hence a search that reads the same whatever form
+    the user asked in (the verified teacher's ``topic`` candidate, ``data_gen.topic_candidate``)."""
+    rel = relative_clause(question)
+    m = _LINKER.match(rel)
+    return (rel[m.end():] if m and rel[m.end():].strip() else rel).strip()
+
+
 # multi-sentence requests: a context sentence, the request, and one constraint (picked by the question's hash)
 _CONTEXTS = ("I am writing the related work section of a paper.", "I am new to this area.",
              "I need background reading for a project.")

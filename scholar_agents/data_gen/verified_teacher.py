@@ -4,6 +4,9 @@ search, instead of written blind by an LLM (PaSa Table 7, ``teacher=llm``).
 
 Candidates, in this order (the order breaks ties):
 
+0. ``topic`` (``topic_candidate``, ours for issue 29; off = the issue-17 teacher): the question's content without
+   its request head ("Which papers propose X?" -> "propose X", ``request_forms.topic``). First, so a tie with the
+   question itself keeps the topic: the one search that every request form of the question contains verbatim;
 1. ``user_query``: the user query itself;
 2. ``key_phrase``: YAKE key phrases of the user query (``yake``, up to ``key_phrases``, n-grams up to
    ``key_phrase_ngram`` words; YAKE's English stopwords plus the question boilerplate of AutoScholarQuery such as
@@ -33,8 +36,8 @@ from functools import lru_cache
 from scholar_agents.eval.pasa_metrics import norm_id
 from scholar_agents.pasa.actions import MISCASED_ACTION_RE
 
-USER_QUERY, KEY_PHRASE, GOLD_TITLE, GOLD_TITLE_PHRASE, LLM = (
-    "user_query", "key_phrase", "gold_title", "gold_title_phrase", "llm")
+USER_QUERY, KEY_PHRASE, GOLD_TITLE, GOLD_TITLE_PHRASE, LLM, TOPIC = (
+    "user_query", "key_phrase", "gold_title", "gold_title_phrase", "llm", "topic")
 # AutoScholarQuery questions ("Which papers study ...?", "Could you provide me some works proposing ...") wrap the
 # topic in words that are no topic: YAKE would keep them inside phrases.
 QUERY_BOILERPLATE = frozenset({
@@ -52,7 +55,7 @@ _WORD = re.compile(r"[a-z0-9]+")
 @dataclass
 class Candidate:
     query: str
-    source: str  # user_query | key_phrase | gold_title | gold_title_phrase | llm
+    source: str  # topic | user_query | key_phrase | gold_title | gold_title_phrase | llm
 
 
 @dataclass
@@ -135,9 +138,14 @@ def hindsight_phrases(user_query: str, gold_titles: Sequence[str], min_support: 
 
 def candidate_queries(user_query: str, gold_titles: Sequence[str], llm_queries: Sequence[str] = (), *,
                       n_key_phrases: int = 5, ngram: int = 3, hindsight: bool = True, min_support: float = 0.5,
-                      per_title: int = 5, max_chars: int = 200) -> list[Candidate]:
+                      per_title: int = 5, max_chars: int = 200, topic_first: bool = False) -> list[Candidate]:
     """The candidates in priority order, de-duplicated case- and space-insensitively (the first source wins)."""
-    raw = [(user_query, USER_QUERY)]
+    raw = []
+    if topic_first:
+        from scholar_agents.data_gen.request_forms import topic
+
+        raw.append((topic(user_query), TOPIC))
+    raw.append((user_query, USER_QUERY))
     raw += [(kp, KEY_PHRASE) for kp in key_phrases(user_query, n_key_phrases, ngram)]
     if hindsight:
         raw += hindsight_phrases(user_query, gold_titles, min_support, per_title, ngram)
