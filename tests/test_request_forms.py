@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scholar_agents.data_gen.request_forms import FORMS, ORIGINAL, relative_clause, rewrite, rewrite_query
+from scholar_agents.data_gen.request_forms import FORMS, ORIGINAL, relative_clause, rewrite, rewrite_query, topic
 from scholar_agents.pasa.queries import ScholarQuery
 from scholar_agents.validation import UsageError
 
@@ -78,3 +78,17 @@ def test_a_query_keeps_its_gold_and_date_and_unknown_forms_are_refused():
         rewrite(q.question, "shouting")
     with pytest.raises(ValueError, match="empty question"):
         relative_clause(" ? ")
+
+
+def test_the_topic_is_in_every_form_verbatim_and_keeps_the_content():
+    """The verified teacher's topic candidate (data_gen.topic_candidate): the one search text every request form
+    of the question contains, so a Crawler trained on it can write the same search whatever form it is asked in."""
+    assert topic("Which papers propose graph neural networks for molecules?") == \
+        "propose graph neural networks for molecules"
+    assert topic("Could you provide me some studies about contrastive learning?") == "contrastive learning"
+    for q in QUESTIONS:
+        t = topic(q)
+        assert t and not re.match(r"(?i)(that|which|about)\b", t), (q, t)
+        assert all(t in rewrite(q, f) for f in FORMS if f != ORIGINAL), (q, t)
+        linker = {"related", "relating", "to", "on", "regarding", "concerning"}  # what the topic cuts
+        assert not [w for w in content_words(q) if w not in content_words(t) and w not in linker], (q, t)
