@@ -76,10 +76,6 @@ TEACHER=(data_gen.teacher=verified data_gen.topic_candidate=true data_gen.querie
 "$PY" -m scholar_agents data_gen crawler_sessions "${PAPERS[@]}" "${TEACHER[@]}" \
   data_gen.verified_max_queries="$MAX_SEARCHES" "data_gen.request_forms=$FORMS" \
   data_gen.request_forms_per_query="$FORMS_PER_QUERY" out_dir="$OUT/sessions"
-# 1b. the multi-search measurement: the same teacher kept to one search per session (search sessions only)
-"$PY" -m scholar_agents data_gen crawler_sessions "${PAPERS[@]}" "${TEACHER[@]}" data_gen.verified_max_queries=1 \
-  data_gen.expand_sessions=false out_dir="$OUT/sessions_single"
-
 # 2. LoRA SFT (final/adapter = the adapter; final/ = the merged model)
 "$PY" -m scholar_agents train crawler_sft sft.train_file="$OUT/sessions/train.jsonl" sft.run_name=default_crawler \
   sft.output_dir="$OUT/crawler_sft" sft.max_length=768 sft.num_train_epochs="$EPOCHS" sft.learning_rate="$LR" \
@@ -87,6 +83,11 @@ TEACHER=(data_gen.teacher=verified data_gen.topic_candidate=true data_gen.querie
   "sft.lora.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]" \
   "sft.lora.layers_to_transform=[18,19,20,21,22,23,24,25,26,27,28,29]" sft.save_steps=100 sft.seed="$SEED" \
   logging.wandb.enabled=false hydra.run.dir="$OUT/crawler_sft_run"
+
+# 1b (after the SFT, off its critical path): the multi-search measurement, the same teacher kept to one search per
+#    session (search sessions only)
+"$PY" -m scholar_agents data_gen crawler_sessions "${PAPERS[@]}" "${TEACHER[@]}" data_gen.verified_max_queries=1 \
+  data_gen.expand_sessions=false out_dir="$OUT/sessions_single"
 
 # 3. ship the adapter
 if [ "$SHIP" = 1 ]; then
