@@ -49,25 +49,10 @@ def read_events(client, job_id, timeout=120.0) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def eval_run(tmp_path_factory, tiny_model_dir):
-    """A real `eval pasa` run dir (search-only and agent rows, trajectories kept) under a runs root."""
-    from scholar_agents.eval.pasa import pasa
-    from tests.test_pasa_eval import tiny_eval_overrides
-
-    root = tmp_path_factory.mktemp("runs")
-    out = root / "eval_pasa" / "tiny"
-    rows = '[{name: search_bm25, method: search, search: bm25}, {name: agent, method: agent}]'
-    pasa(compose("eval_pasa", tiny_eval_overrides(tmp_path_factory, out, tiny_model_dir, rows, "queries.limit=2",
-                                                  "crawler.env.max_sessions=3", "crawler.policy.max_new_tokens=24",
-                                                  "save_trajectories=true", "bootstrap.samples=0")))
-    return root, out
-
-
-@pytest.fixture(scope="module")
-def app_client(tmp_path_factory, tiny_model_dir, eval_run):
+def app_client(tmp_path_factory, tiny_model_dir, tiny_eval_run):
     from starlette.testclient import TestClient
 
-    cfg = compose("pasa_serve", tiny_serve_overrides(tmp_path_factory, tiny_model_dir, eval_run[0],
+    cfg = compose("pasa_serve", tiny_serve_overrides(tmp_path_factory, tiny_model_dir, tiny_eval_run[0],
                                                      "serve.max_queue=2"))
     app, service = make_app(cfg)
     with TestClient(app) as client:
@@ -168,9 +153,9 @@ def test_a_failing_agent_shows_its_error_and_the_server_lives(tmp_path, tmp_path
         assert client.get("/api/search/s999").json()["error"].startswith("no search 's999'")
 
 
-def test_runs_open_only_under_the_root_with_a_table_trees_and_gold(app_client, eval_run, tmp_path):
+def test_runs_open_only_under_the_root_with_a_table_trees_and_gold(app_client, tiny_eval_run, tmp_path):
     client, _ = app_client
-    root, run = eval_run
+    root, run = tiny_eval_run
     listed = client.get("/api/runs").json()["runs"]
     assert [(r["path"], r["kind"]) for r in listed] == [("eval_pasa/tiny", "eval pasa")]
     r = client.get("/api/run", params={"path": "eval_pasa/tiny"}).json()
@@ -195,6 +180,7 @@ def test_runs_open_only_under_the_root_with_a_table_trees_and_gold(app_client, e
         assert got.status_code == 400 and message in got.json()["error"], (bad, got.text)
     bad_row = client.get("/api/run/tree", params={"path": "eval_pasa/tiny", "row": "../agent", "qid": qid})
     assert bad_row.status_code == 400 and "not a row name" in bad_row.json()["error"]
+    (root / "link").unlink()  # the runs root is shared with the other serve tests
 
 
 def _gold(qid):

@@ -183,14 +183,19 @@ function openRun(path) {
 }
 $("compare-a").onchange = $("compare-b").onchange = () => renderRunTable();
 
+const SHORT = { crawler_recall: "crawler R", precision: "P", recall: "R", recall_at_20: "R@20", recall_at_50: "R@50",
+  recall_at_100: "R@100", n_queue: "queue", n_returned: "selected", actions: "actions", sessions: "sessions",
+  gen_tokens: "tokens", wall_s: "s" };
 function renderRunTable() {
   const r = runData; if (!r) return;
   const rows = [$("compare-a").value, $("compare-b").value].filter((v, i, a) => v && a.indexOf(v) === i);
   const t = $("run-table");
-  const head = el("tr", {}, el("th", {}, "query"), ...rows.flatMap((n) => r.columns.map((c) => el("th", {}, `${n}: ${c}`))));
-  t.replaceChildren(head);
+  const top = el("tr", {}, el("th", { rowspan: 2, class: "q" }, "query"),
+    ...rows.map((n) => el("th", { colspan: r.columns.length, class: "rowname" }, n)));
+  const sub = el("tr", {}, ...rows.flatMap((n) => r.columns.map((c) => el("th", { title: c }, SHORT[c] || c))));
+  t.replaceChildren(top, sub);
   for (const q of r.queries) {
-    const tr = el("tr", { class: "pick", "data-qid": q.qid }, el("td", {}, q.query || q.qid),
+    const tr = el("tr", { class: "pick", "data-qid": q.qid }, el("td", { class: "q" }, q.query || q.qid),
       ...rows.flatMap((n) => r.columns.map((c) => el("td", { class: "num" }, fmt((q.rows[n] || {})[c])))));
     tr.onclick = () => { for (const x of t.querySelectorAll("tr.current")) x.classList.remove("current"); tr.classList.add("current"); compare(q, rows); };
     t.append(tr);
