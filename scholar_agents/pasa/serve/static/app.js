@@ -63,6 +63,7 @@ function follow(id) {
   if (current && current.source) current.source.close();
   for (const n of ["events", "results", "search-tree", "progress", "note"]) $(n).replaceChildren();
   $("status").className = "status";
+  $("status").textContent = "";
   $("cancel").hidden = false;
   const url = new URL(`/api/search/${id}/events`, location.origin);
   if (TOKEN) url.searchParams.set("token", TOKEN);
@@ -91,7 +92,7 @@ function onEvent(ev) {
     case "progress": {
       const b = d.budget_left || {};
       $("progress").replaceChildren(...[["papers in queue", d.queue], ["sessions", d.sessions], ["actions", d.actions],
-        ["waiting sessions", d.pending], ["budget left", `${fmt(b.max_sessions)} sessions · ${fmt(b.max_actions)} actions · ${fmt(b.max_queue)} papers · ${fmt(b.max_gen_tokens)} tokens`],
+        ["papers to visit", d.pending], ["budget left", `${fmt(b.max_sessions)} sessions · ${fmt(b.max_actions)} actions · ${fmt(b.max_queue)} papers · ${fmt(b.max_gen_tokens)} tokens`],
         ["time", `${d.seconds} s`]].map(([k, v]) => el("span", { class: "stat" }, `${k}: `, el("b", {}, v))));
       break;
     }
@@ -118,7 +119,7 @@ function showResult(r) {
     why.onclick = () => {
       why.disabled = true; why.textContent = "…";
       api(`/api/search/${current.id}/rationale?paper_id=${encodeURIComponent(p.paper_id)}`).then((j) => {
-        row.after(el("tr", {}, el("td", {}), el("td", { colspan: 5, class: "rationale" }, `${j.decision == null ? "?" : j.decision ? "True" : "False"}: ${j.rationale}`)));
+        row.after(el("tr", {}, el("td", {}), el("td", { colspan: 5, class: "rationale" }, `Selector: ${j.decision == null ? "(no True/False decision parsed)" : j.decision ? "True" : "False"}. ${j.rationale}`)));
         why.remove();
       }).catch((e) => { showError(e); why.disabled = false; why.textContent = "why?"; });
     };
@@ -190,13 +191,15 @@ function renderRunTable() {
   const r = runData; if (!r) return;
   const rows = [$("compare-a").value, $("compare-b").value].filter((v, i, a) => v && a.indexOf(v) === i);
   const t = $("run-table");
+  // each row's own columns: a search-only row has no crawler recall, precision, actions...
+  const cols = Object.fromEntries(rows.map((n) => [n, r.columns.filter((c) => r.queries.some((q) => (q.rows[n] || {})[c] != null))]));
   const top = el("tr", {}, el("th", { rowspan: 2, class: "q" }, "query"),
-    ...rows.map((n) => el("th", { colspan: r.columns.length, class: "rowname" }, n)));
-  const sub = el("tr", {}, ...rows.flatMap((n) => r.columns.map((c) => el("th", { title: c }, SHORT[c] || c))));
+    ...rows.map((n) => el("th", { colspan: Math.max(cols[n].length, 1), class: "rowname" }, n)));
+  const sub = el("tr", {}, ...rows.flatMap((n) => (cols[n].length ? cols[n] : [""]).map((c) => el("th", { title: c }, SHORT[c] || c))));
   t.replaceChildren(top, sub);
   for (const q of r.queries) {
     const tr = el("tr", { class: "pick", "data-qid": q.qid }, el("td", { class: "q" }, q.query || q.qid),
-      ...rows.flatMap((n) => r.columns.map((c) => el("td", { class: "num" }, fmt((q.rows[n] || {})[c])))));
+      ...rows.flatMap((n) => (cols[n].length ? cols[n] : [""]).map((c) => el("td", { class: "num" }, fmt((q.rows[n] || {})[c])))));
     tr.onclick = () => { for (const x of t.querySelectorAll("tr.current")) x.classList.remove("current"); tr.classList.add("current"); compare(q, rows); };
     t.append(tr);
   }
