@@ -213,3 +213,36 @@ def test_a_non_loopback_bind_needs_the_token_and_api_calls_carry_it(tmp_path, tm
                             ("127.0.0.1:5", "GET", "/api/status?token=s3cret&x=1", "1.1", 200), None)
     RedactToken().filter(rec)
     assert "s3cret" not in rec.getMessage() and "token=***&x=1" in rec.getMessage()
+
+
+from tests.test_crawl_env import QUERY, gen, toy  # noqa: E402,F401 — the hand-made store whose answers are known
+
+
+def test_the_tree_of_a_crawl_with_expansion_gold_errors_and_its_budget(toy):  # noqa: F811
+    """query -> [Search] q -> papers -> [Expand] section -> papers, from a real CrawlEnv trajectory on the toy store
+    (gold B and C), a grammar error on the session it happened in, and the budget that stopped the crawl."""
+    from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
+    from scholar_agents.pasa.serve.tree import build_tree, tree_stats
+
+    store, search = toy
+    env = CrawlEnv(store, search, CrawlConfig(search_k=1, max_sessions=2))
+    [state] = env.reset([QUERY])
+    env.step(env.next_sessions([state], 1), [gen("[Search] molecule property prediction graph [Stop]")])
+    [sess] = env.next_sessions([state], 1)
+    assert sess.paper.paper_id == "A"
+    env.step([sess], [gen("[Expand] introduction [Expand] Conclusion [Stop] trailing words")])
+    assert env.next_sessions([state], 1) == []  # max_sessions=2 spent with B still waiting
+    traj = env.finish(state).to_dict()
+    info = lambda ids: {p: {"title": store.get(p).title, "date": store.get(p).date} for p in ids}  # noqa: E731
+    tree = build_tree(traj, info, QUERY.gold_ids)
+    [search_node] = tree["children"]
+    assert search_node["kind"] == "search" and search_node["label"] == "molecule property prediction graph"
+    [a] = search_node["children"]
+    assert a["id"] == "A" and a["depth"] == 1 and not a["gold"] and a["label"].startswith("Graph neural networks")
+    intro, concl = a["children"]
+    assert intro["kind"] == "expand" and [p["id"] for p in intro["children"]] == ["B", "C"]
+    assert [p["gold"] for p in intro["children"]] == [True, True] and intro["dropped_by_date"] == 1
+    assert concl["status"] == "unknown_section" and concl["children"] == []
+    assert a["grammar_errors"] and "grammar_errors" not in tree  # the expand session's error sits on A
+    assert tree["stopped_by"] == "max_sessions" and tree["gold_found"] == 2 and tree["gold_missed"] == []
+    assert tree_stats(tree) == {"query": 1, "search": 1, "paper": 3, "expand": 2, "gold": 2}
