@@ -41,7 +41,7 @@ test: setup-vllm
 	$(PY) -m pytest -q --durations=40
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow and not vllm and not slurm"
+	$(PY) -m pytest -q -m "not slow and not vllm and not slurm and not browser"
 
 bench: setup
 	$(PY) bench/search.py

@@ -15,6 +15,7 @@ from scholar_agents.papers.index import SearchConfig
 from scholar_agents.papers.live.fulltext import ExpandConfig
 from scholar_agents.plan.cluster import ClusterConfig
 from scholar_agents.pasa.selector import SelectorConfig
+from scholar_agents.pasa.serve.config import ServeConfig
 from scholar_agents.scipip.config import SciPIPConfig
 from scholar_agents.thought.config import ThoughtConfig
 from scholar_agents.train.sft import SFTRecipeConfig
@@ -40,4 +41,5 @@ SCHEMAS = [
     ("crawler", "base_crawler", CrawlerPreset),
     ("ppo", "base_ppo", PPOConfig),
     ("cluster", "base_cluster", ClusterConfig),
+    ("serve", "base_serve", ServeConfig),
 ]

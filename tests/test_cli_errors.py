@@ -58,6 +58,9 @@ CASES = [
     (["train", "crawler_ppo", "ppo.attn_implementation=flash_attention_2"],
      "ppo.attn_implementation=flash_attention_2 but flash_attn does not import"),
     (["eval", "pasa", "phrasings=[original,shouting]"], "phrasings must be distinct request forms of original"),
+    # pasa serve (issue 27): a non-loopback bind without its token, runs under a missing root
+    (["pasa", "serve", "serve.host=0.0.0.0"], "serve.host=0.0.0.0 is not a loopback address: set a token in"),
+    (["pasa", "serve", "serve.runs_root=/nope/runs"], "serve.runs_root=/nope/runs: no such directory"),
     # issue 29: checked before the embedder or the LLM loads (these runs end in about a second)
     (["thought", "run"], "thought run needs queries=<JSONL of {id, query}>"),
     (["thought", "run", "queries={d}/missing.jsonl"], "queries='{d}/missing.jsonl': no such file"),

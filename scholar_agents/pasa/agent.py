@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from scholar_agents.pasa.crawl_env import CrawlEnv
 from scholar_agents.pasa.crawler import Crawler, crawl
@@ -148,15 +148,26 @@ class PaSaAgent:
         if self.cfg.use_selector and selector is None:
             raise ValueError("use_selector=true needs a Selector")
 
-    def run(self, queries: Sequence[ScholarQuery], progress: bool = True) -> list[AgentResult]:
+    def run(self, queries: Sequence[ScholarQuery], progress: bool = True,
+            on_event: Optional[Callable[[str, dict], None]] = None) -> list[AgentResult]:
+        """Crawl, select, rank. ``on_event(kind, data)`` (``pasa serve``'s live view) gets ``("step", {run,
+        records, states})`` after every crawl step and ``("select", {papers})`` before the Selector reads them."""
         t0 = time.perf_counter()
-        runs = [crawl(self.env, self.crawler, queries, run=r, progress=progress) for r in range(self.cfg.ensemble)]
+
+        def step_hook(r: int):
+            return None if on_event is None else (
+                lambda records, states: on_event("step", {"run": r, "records": records, "states": states}))
+
+        runs = [crawl(self.env, self.crawler, queries, run=r, progress=progress, on_step=step_hook(r))
+                for r in range(self.cfg.ensemble)]
         crawl_s = (time.perf_counter() - t0) / max(len(queries), 1)
         per_query = [[runs[r][i] for r in range(len(runs))] for i in range(len(queries))]
 
         merged = [merge_queues(trajs) for trajs in per_query]
         papers = self.env.store.get_many([p for m in merged for p in m], with_sections=False)
 
+        if on_event is not None:
+            on_event("select", {"papers": sum(len(m) for m in merged)})
         t1 = time.perf_counter()
         scores: list[list[Optional[float]]] = [[None] * len(m) for m in merged]
         if self.cfg.use_selector:

@@ -12,7 +12,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from tqdm.auto import tqdm
 
@@ -161,8 +161,11 @@ class Crawler:
 
 
 def crawl(env: CrawlEnv, crawler: Crawler, queries: Sequence[ScholarQuery], run: int = 0,
-          batch_sessions: Optional[int] = None, progress: bool = True) -> list[QueryTrajectory]:
-    """Crawl every query to the end (queue exhausted or a budget spent), advancing many queries together."""
+          batch_sessions: Optional[int] = None, progress: bool = True,
+          on_step: Optional[Callable[[list, list], None]] = None) -> list[QueryTrajectory]:
+    """Crawl every query to the end (queue exhausted or a budget spent), advancing many queries together.
+    ``on_step(records, states)`` is called after every environment step with the step's SessionRecords and the
+    queries' QueryStates (``pasa serve`` streams them; an exception it raises ends the crawl, e.g. a cancel)."""
     n = crawler.cfg.batch_sessions if batch_sessions is None else batch_sessions
     if n < 1:
         raise ValueError(f"batch_sessions must be >= 1, got {n}")
@@ -175,7 +178,9 @@ def crawl(env: CrawlEnv, crawler: Crawler, queries: Sequence[ScholarQuery], run:
         if not sessions:
             break
         gens = crawler.generate(sessions, run=run)
-        env.step(sessions, gens)
+        records = env.step(sessions, gens)
+        if on_step is not None:
+            on_step(records, states)
         sessions_run += len(sessions)
         done_now = sum(env.done(s) for s in states)
         bar.update(done_now - done_before)

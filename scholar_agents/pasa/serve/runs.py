@@ -1,0 +1,131 @@
+"""Run directories the Runs view opens — only under ``serve.runs_root`` — and what it reads from them:
+
+- ``eval pasa``: ``per_query/<row>.jsonl`` (one line per query) and ``trajectories/<row>.jsonl``;
+- ``pasa search``: ``results.json`` and ``trajectories.jsonl`` (one row, ``search``);
+- ``train crawler_ppo``: ``eval_<tag>.jsonl`` (held-out crawls scored like ``eval pasa``'s agent rows; no
+  trajectories are kept by PPO's evaluation, so no trees).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterator, Optional
+
+from scholar_agents.validation import UsageError
+
+# the metric columns the table shows first (eval pasa's QueryMetrics names), then any other scalar
+COLUMNS = ("crawler_recall", "precision", "recall", "recall_at_20", "recall_at_50", "recall_at_100", "n_queue",
+           "n_returned", "actions", "sessions", "gen_tokens", "wall_s")
+
+
+def resolve_under(root: Path, rel: str) -> Path:
+    """``root / rel`` as an existing directory inside ``root``; anything else (``..``, an absolute path elsewhere,
+    a symlink out of it) is refused with one line."""
+    if rel is None or not str(rel).strip():
+        raise UsageError("give a run directory (a path under the runs root)")
+    if "\x00" in str(rel):
+        raise UsageError("a run path may not contain NUL")
+    base = root.resolve()
+    path = (base / str(rel)).resolve()
+    if path != base and base not in path.parents:
+        raise UsageError(f"{rel!r} is outside the runs root: only run directories under it can be opened")
+    if not path.is_dir():
+        raise UsageError(f"{rel!r}: no such run directory under the runs root")
+    return path
+
+
+def run_kind(d: Path) -> Optional[str]:
+    if (d / "per_query").is_dir():
+        return "eval pasa"
+    if (d / "results.json").is_file():
+        return "pasa search"
+    if any(d.glob("eval_*.jsonl")):
+        return "ppo"
+    return None
+
+
+def find_runs(root: Path, max_depth: int = 4, limit: int = 300) -> list[dict]:
+    """Run directories under ``root`` (newest first), at most ``max_depth`` levels down."""
+    base = root.resolve()
+    out = []
+    if not base.is_dir():
+        return out
+    for dirpath, dirnames, _ in os.walk(base):
+        d = Path(dirpath)
+        depth = len(d.relative_to(base).parts)
+        kind = run_kind(d)
+        if kind:
+            out.append({"path": str(d.relative_to(base)) or ".", "kind": kind, "mtime": d.stat().st_mtime})
+            dirnames[:] = []  # a run's own sub-folders (per_query/, trajectories/) are not runs
+        elif depth >= max_depth:
+            dirnames[:] = []
+        else:
+            dirnames[:] = sorted(n for n in dirnames if not n.startswith("."))
+    out.sort(key=lambda r: -r["mtime"])
+    return out[:limit]
+
+
+def _jsonl(path: Path) -> Iterator[dict]:
+    with path.open(encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise UsageError(f"{path.name}:{i}: not JSON ({e.msg})") from None
+
+
+def load_rows(d: Path) -> dict[str, list[dict]]:
+    """Row name -> per-query records (each with ``qid``, and ``query`` where the run recorded it)."""
+    kind = run_kind(d)
+    if kind == "eval pasa":
+        return {p.stem: list(_jsonl(p)) for p in sorted((d / "per_query").glob("*.jsonl"))}
+    if kind == "pasa search":
+        results = json.loads((d / "results.json").read_text())
+        rows = []
+        for r in results:
+            papers = r.get("papers") or []
+            rows.append({"qid": r.get("qid"), "query": r.get("query"), "n_queue": len(papers),
+                         "n_returned": sum(1 for p in papers if p.get("selected")), "actions": r.get("actions"),
+                         "sessions": r.get("sessions"), "wall_s": round((r.get("crawl_seconds") or 0)
+                                                                       + (r.get("select_seconds") or 0), 2)})
+        return {"search": rows}
+    if kind == "ppo":
+        return {p.stem: list(_jsonl(p)) for p in sorted(d.glob("eval_*.jsonl"))}
+    raise UsageError(f"{d.name}: not a run directory (no per_query/, results.json or eval_*.jsonl)")
+
+
+def trajectory_file(d: Path, row: str) -> Optional[Path]:
+    kind = run_kind(d)
+    if kind == "eval pasa":
+        if "/" in row or "\\" in row or row.startswith("."):
+            raise UsageError(f"row {row!r}: not a row name")
+        p = d / "trajectories" / f"{row}.jsonl"
+    elif kind == "pasa search":
+        p = d / "trajectories.jsonl"
+    else:
+        return None
+    return p if p.is_file() else None
+
+
+def load_trajectories(d: Path, row: str, qid: str) -> list[dict]:
+    """The trajectory records (one per ensemble run) of ``qid`` in ``row``; [] when the run kept none."""
+    p = trajectory_file(d, row)
+    if p is None:
+        return []
+    return [t for t in _jsonl(p) if str(t.get("qid")) == str(qid)]
+
+
+def table(rows: dict[str, list[dict]], questions: dict[str, str]) -> dict:
+    """The per-query metrics table: one line per query, each row's metrics side by side, plus the columns."""
+    cols = [c for c in COLUMNS if any(c in r for rs in rows.values() for r in rs)]
+    by_q: dict[str, dict] = {}
+    for name, rs in rows.items():
+        for r in rs:
+            q = by_q.setdefault(str(r.get("qid")), {"qid": str(r.get("qid")), "query": None, "rows": {}})
+            q["query"] = q["query"] or r.get("query") or questions.get(str(r.get("qid")))
+            q["rows"][name] = {c: r.get(c) for c in cols} | {
+                k: r[k] for k in ("stopped_by", "grammar_errors", "fallback_searches") if k in r}
+    return {"rows": list(rows), "columns": cols, "queries": list(by_q.values())}

@@ -1,0 +1,223 @@
+// scholar pasa serve: one page, no build step, no network beyond this server.
+"use strict";
+const TOKEN = new URLSearchParams(location.search).get("token");
+const $ = (id) => document.getElementById(id);
+let current = null;     // the search shown: {id, source}
+let runData = null;     // the opened run
+
+function api(path, opts = {}) {
+  const url = new URL(path, location.origin);
+  if (TOKEN) url.searchParams.set("token", TOKEN);
+  return fetch(url, opts).then(async (r) => {
+    const body = await r.json().catch(() => ({ error: `${r.status} ${r.statusText}` }));
+    if (!r.ok) throw new Error(body.error || `${r.status}`);
+    return body;
+  });
+}
+function showError(e) { const el = $("error"); el.textContent = e ? String(e.message || e) : ""; el.hidden = !e; }
+function el(tag, attrs = {}, ...kids) {
+  const n = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) { if (k === "class") n.className = v; else if (v != null) n.setAttribute(k, v); }
+  for (const k of kids) n.append(k instanceof Node ? k : document.createTextNode(k == null ? "" : String(k)));
+  return n;
+}
+const fmt = (v) => v == null ? "–" : (typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toFixed(3)) : String(v));
+const ARXIV = /^(\d{4}\.\d{4,5}|[a-z-]+(\.[A-Z]{2})?\/\d{7})(v\d+)?$/;
+function paperLink(id, title) {
+  return ARXIV.test(id) ? el("a", { href: `https://arxiv.org/abs/${id}`, target: "_blank", rel: "noopener" }, title || id) : el("span", {}, title || id);
+}
+
+// ---- tabs ----
+for (const b of document.querySelectorAll(".tab")) {
+  b.onclick = () => {
+    for (const t of document.querySelectorAll(".tab")) t.classList.toggle("active", t === b);
+    for (const v of document.querySelectorAll(".view")) v.hidden = v.id !== `view-${b.dataset.view}`;
+    if (b.dataset.view === "runs") loadRuns();
+  };
+}
+
+// ---- setting ----
+function loadSetting() {
+  api("/api/setting").then((s) => {
+    const b = s.budgets || {};
+    $("setting").textContent = `search=${s.search} · expand=${s.expand} · crawler ${s.crawler.split("/").pop()} · ` +
+      `selector ${s.selector.split("/").pop()} · budgets: ${b.max_sessions} sessions, ${b.max_actions} actions, ` +
+      `${b.max_queue} papers · ${s.loaded ? `loaded in ${s.load_seconds} s` : (s.load_error ? "load failed" : "loading models…")}`;
+    if (s.load_error) showError(`loading the agent failed: ${s.load_error}`);
+    if (!s.loaded && !s.load_error) setTimeout(loadSetting, 2000);
+  }).catch(showError);
+}
+
+// ---- search ----
+$("search-form").onsubmit = (ev) => {
+  ev.preventDefault();
+  showError(null);
+  const body = { query: $("query").value };
+  if ($("before").value.trim()) body.before = $("before").value.trim();
+  api("/api/search", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) })
+    .then((r) => follow(r.id)).catch(showError);
+};
+$("cancel").onclick = () => { if (current) api(`/api/search/${current.id}/cancel`, { method: "POST" }).catch(showError); };
+
+function follow(id) {
+  if (current && current.source) current.source.close();
+  for (const n of ["events", "results", "search-tree", "progress", "note"]) $(n).replaceChildren();
+  $("status").className = "status";
+  $("status").textContent = "";
+  $("cancel").hidden = false;
+  const url = new URL(`/api/search/${id}/events`, location.origin);
+  if (TOKEN) url.searchParams.set("token", TOKEN);
+  const source = new EventSource(url);
+  current = { id, source, t0: performance.now() };
+  source.onmessage = (m) => onEvent(JSON.parse(m.data));
+  source.onerror = () => { if (current && current.finished) source.close(); };
+}
+
+function onEvent(ev) {
+  const d = ev.data || {};
+  const st = $("status");
+  switch (ev.kind) {
+    case "queued": case "position":
+      st.textContent = d.position > 0 ? `waiting: position ${d.position} in the queue` : "starting…"; break;
+    case "loading": st.textContent = `loading the ${d.what}…`; break;
+    case "running": st.textContent = "crawling…"; break;
+    case "session": {
+      const acts = d.actions.map((a) => `${a.fallback ? "(fallback) " : ""}[${a.kind[0].toUpperCase() + a.kind.slice(1)}] ${a.argument}` +
+        (a.status === "executed" ? ` → +${a.added}` : ` (${a.status})`)).join("  ");
+      const errs = d.grammar_errors.length ? `  grammar: ${d.grammar_errors.join(", ")}` : "";
+      $("events").append(el("li", { class: "session" }, `${d.start}${d.paper ? " " + d.paper : ""}: ${acts || "no action"}${errs}`));
+      $("events").scrollTop = 1e9;
+      break;
+    }
+    case "progress": {
+      const b = d.budget_left || {};
+      $("progress").replaceChildren(...[["papers in queue", d.queue], ["sessions", d.sessions], ["actions", d.actions],
+        ["papers to visit", d.pending], ["budget left", `${fmt(b.max_sessions)} sessions · ${fmt(b.max_actions)} actions · ${fmt(b.max_queue)} papers · ${fmt(b.max_gen_tokens)} tokens`],
+        ["time", `${d.seconds} s`]].map(([k, v]) => el("span", { class: "stat" }, `${k}: `, el("b", {}, v))));
+      break;
+    }
+    case "selecting": st.textContent = `the Selector reads ${d.papers} papers…`; break;
+    case "result": showResult(d); break;
+    case "done": case "failed": case "cancelled":
+      current.finished = true; current.source.close(); $("cancel").hidden = true;
+      if (ev.kind !== "done") { st.textContent = ev.kind === "failed" ? `failed: ${d.error}` : "cancelled"; st.className = `status ${ev.kind}`; }
+      break;
+  }
+}
+
+function showResult(r) {
+  $("status").textContent = `${r.papers.length} papers crawled, ${r.selected} selected in ${r.seconds} s` +
+    (r.stopped_by.some((s) => s) ? ` · stopped by ${r.stopped_by.filter((s) => s).join(", ")}` : "");
+  $("note").textContent = r.note || "";
+  const t = $("results");
+  t.replaceChildren(el("tr", {}, ...["#", 'P("True")', "selected", "date", "paper", ""].map((h) => el("th", {}, h))));
+  r.papers.forEach((p, i) => {
+    const why = el("button", { type: "button", class: "why" }, "why?");
+    const row = el("tr", { class: "paper-row" }, el("td", { class: "num" }, i + 1), el("td", { class: "num" }, fmt(p.score)),
+      el("td", { class: p.selected ? "" : "no" }, p.selected ? "yes" : "no"), el("td", {}, p.date || "–"),
+      el("td", {}, p.gold ? el("span", { class: "gold", title: "a gold paper of this query" }, "★ ") : "", paperLink(p.paper_id, p.title)), el("td", {}, why));
+    why.onclick = () => {
+      why.disabled = true; why.textContent = "…";
+      api(`/api/search/${current.id}/rationale?paper_id=${encodeURIComponent(p.paper_id)}`).then((j) => {
+        row.after(el("tr", {}, el("td", {}), el("td", { colspan: 5, class: "rationale" }, `Selector: ${j.decision == null ? "(no True/False decision parsed)" : j.decision ? "True" : "False"}. ${j.rationale}`)));
+        why.remove();
+      }).catch((e) => { showError(e); why.disabled = false; why.textContent = "why?"; });
+    };
+    t.append(row);
+  });
+  $("search-tree").replaceChildren(el("h2", {}, "Crawl tree"), ...r.trees.map(renderTree));
+}
+
+// ---- trees ----
+function renderTree(root) {
+  const gold = root.gold_total ? ` · gold found ${root.gold_found}/${root.gold_total}` : "";
+  const head = el("div", { class: "meta" }, `run ${root.run} · ${root.queue} papers · ${root.sessions} sessions` +
+    (root.stopped_by ? ` · stopped by ${root.stopped_by}` : " · queue exhausted") + gold);
+  const wrap = el("div", { class: "tree-root" }, el("div", {}, el("b", {}, root.label)), head);
+  if (root.grammar_errors) wrap.append(el("div", { class: "bad" }, `grammar errors: ${root.grammar_errors.join(", ")}`));
+  wrap.append(renderChildren(root.children));
+  if (root.gold_missed && root.gold_missed.length) wrap.append(el("div", { class: "meta" }, `gold not found: ${root.gold_missed.join(", ")}`));
+  return wrap;
+}
+function renderChildren(children) {
+  const ul = el("ul");
+  for (const c of children || []) {
+    let li;
+    if (c.kind === "paper") {
+      li = el("li", { class: `paper${c.gold ? " gold" : ""}` }, paperLink(c.id, c.label), el("span", { class: "meta" }, ` ${c.date || ""} · depth ${c.depth}`));
+      if (c.grammar_errors) li.append(el("span", { class: "bad" }, `  grammar errors: ${c.grammar_errors.join(", ")}`));
+    } else {
+      const ok = c.status === "executed";
+      li = el("li", { class: `action ${c.kind}` }, el("span", { class: `k ${c.kind}` }, `[${c.kind[0].toUpperCase() + c.kind.slice(1)}]`), " ", c.label,
+        el("span", { class: ok ? "meta" : "bad" }, ok ? ` → ${c.children.length} added (${c.candidates} candidates${c.duplicates ? `, ${c.duplicates} duplicates` : ""}${c.dropped_by_date ? `, ${c.dropped_by_date} after the date` : ""})${c.fallback ? " · fallback search of the query" : ""}` : ` ${c.status}`));
+    }
+    if (c.children && c.children.length) li.append(renderChildren(c.children));
+    ul.append(li);
+  }
+  return ul;
+}
+
+// ---- runs ----
+function loadRuns() {
+  api("/api/runs").then((r) => {
+    const sel = $("runs-list");
+    const keep = sel.value;
+    sel.replaceChildren(...r.runs.map((x) => el("option", { value: x.path }, `${x.path}  (${x.kind})`)));
+    if (keep) sel.value = keep;
+  }).catch(showError);
+}
+$("open-run").onclick = () => openRun($("run-path").value.trim() || $("runs-list").value);
+$("runs-list").onchange = () => { $("run-path").value = ""; };
+
+function openRun(path) {
+  showError(null);
+  api(`/api/run?path=${encodeURIComponent(path)}`).then((r) => {
+    runData = r;
+    $("run-kind").textContent = `${r.kind}: ${r.queries.length} queries, rows ${r.rows.join(", ")}`;
+    for (const [id, i] of [["compare-a", 0], ["compare-b", 1]]) {
+      $(id).replaceChildren(...r.rows.map((n) => el("option", { value: n }, n)));
+      $(id).value = r.rows[Math.min(i, r.rows.length - 1)];
+    }
+    renderRunTable();
+    $("compare").replaceChildren();
+  }).catch(showError);
+}
+$("compare-a").onchange = $("compare-b").onchange = () => renderRunTable();
+
+const SHORT = { crawler_recall: "crawler R", precision: "P", recall: "R", recall_at_20: "R@20", recall_at_50: "R@50",
+  recall_at_100: "R@100", n_queue: "queue", n_returned: "selected", actions: "actions", sessions: "sessions",
+  gen_tokens: "tokens", wall_s: "s" };
+function renderRunTable() {
+  const r = runData; if (!r) return;
+  const rows = [$("compare-a").value, $("compare-b").value].filter((v, i, a) => v && a.indexOf(v) === i);
+  const t = $("run-table");
+  // each row's own columns: a search-only row has no crawler recall, precision, actions...
+  const cols = Object.fromEntries(rows.map((n) => [n, r.columns.filter((c) => r.queries.some((q) => (q.rows[n] || {})[c] != null))]));
+  const top = el("tr", {}, el("th", { rowspan: 2, class: "q" }, "query"),
+    ...rows.map((n) => el("th", { colspan: Math.max(cols[n].length, 1), class: "rowname" }, n)));
+  const sub = el("tr", {}, ...rows.flatMap((n) => (cols[n].length ? cols[n] : [""]).map((c) => el("th", { title: c }, SHORT[c] || c))));
+  t.replaceChildren(top, sub);
+  for (const q of r.queries) {
+    const tr = el("tr", { class: "pick", "data-qid": q.qid }, el("td", { class: "q" }, q.query || q.qid),
+      ...rows.flatMap((n) => (cols[n].length ? cols[n] : [""]).map((c) => el("td", { class: "num" }, fmt((q.rows[n] || {})[c])))));
+    tr.onclick = () => { for (const x of t.querySelectorAll("tr.current")) x.classList.remove("current"); tr.classList.add("current"); compare(q, rows); };
+    t.append(tr);
+  }
+}
+
+function compare(q, rows) {
+  const box = $("compare");
+  box.replaceChildren(...rows.map((n) => el("div", { class: "col tree", "data-row": n }, el("h2", {}, n), el("div", { class: "meta" }, "loading…"))));
+  rows.forEach((n, i) => {
+    const col = box.children[i];
+    const m = q.rows[n] || {};
+    const extra = [m.stopped_by ? `stopped by ${[].concat(m.stopped_by).filter((s) => s).join(", ") || "–"}` : "",
+      m.grammar_errors && Object.keys(m.grammar_errors).length ? `grammar errors ${JSON.stringify(m.grammar_errors)}` : ""].filter(Boolean).join(" · ");
+    if (!runData.trees[n]) { col.children[1].textContent = `this row kept no trajectories${extra ? " · " + extra : ""}`; return; }
+    api(`/api/run/tree?path=${encodeURIComponent(runData.path)}&row=${encodeURIComponent(n)}&qid=${encodeURIComponent(q.qid)}`)
+      .then((t) => col.children[1].replaceWith(...t.trees.map(renderTree)))
+      .catch((e) => { col.children[1].textContent = e.message; });
+  });
+}
+
+loadSetting();

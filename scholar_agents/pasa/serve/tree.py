@@ -1,0 +1,79 @@
+"""A crawl as a tree: query -> [Search] q -> papers -> [Expand] section -> papers ... (PaSa Figure 1), from one
+trajectory record (``pasa.trajectory.QueryTrajectory``, as ``pasa search`` / ``eval pasa`` write them)."""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Optional
+
+# paper ids -> {paper_id: {"title", "date"}} (the paper store's get_many, or nothing)
+PaperInfo = Callable[[list[str]], dict[str, dict]]
+
+
+def norm_id(pid: str) -> str:
+    """arXiv ids without a version suffix ("2301.00001v2" -> "2301.00001"): how gold ids are compared."""
+    pid = str(pid).strip()
+    head, _, tail = pid.rpartition("v")
+    return head if head and tail.isdigit() and "." in head else pid
+
+
+def build_tree(traj: dict, paper_info: Optional[PaperInfo] = None, gold: Iterable[str] = ()) -> dict:
+    """The tree of one crawl (one ensemble run): nested dict nodes ``{kind: query|search|expand|paper, label,
+    children, ...}``; paper nodes carry ``gold``; a session's grammar errors sit on the node it started from
+    (the query for S_q, the paper for S_q+p); ``stopped_by`` and the gold papers never found are on the root."""
+    gold_set = {norm_id(g) for g in gold}
+    sessions = traj.get("sessions") or []
+    queued = [e["paper_id"] for e in traj.get("queue") or []]
+    info = paper_info(sorted(set(queued))) if paper_info and queued else {}
+    expand_of = {s["paper_id"]: s for s in sessions if s.get("start_state") == "S_q+p" and s.get("paper_id")}
+    depth_of = {e["paper_id"]: e.get("depth") for e in traj.get("queue") or []}
+    seen: set[str] = set()
+
+    def paper_node(pid: str) -> dict:
+        p = info.get(pid) or {}
+        node = {"kind": "paper", "id": pid, "label": p.get("title") or pid, "date": p.get("date") or "",
+                "depth": depth_of.get(pid), "gold": norm_id(pid) in gold_set, "children": []}
+        sess = expand_of.get(pid)
+        if sess is not None and pid not in seen:  # a paper's own S_q+p session (once: the queue de-duplicates)
+            seen.add(pid)
+            _session_into(node, sess)
+        return node
+
+    def _session_into(node: dict, sess: dict) -> None:
+        node["session"] = sess.get("session_id")
+        node["response"] = sess.get("response_text", "")
+        if sess.get("grammar_errors"):
+            node["grammar_errors"] = [e.get("code", "?") for e in sess["grammar_errors"]]
+        for a in sess.get("actions") or []:
+            if a.get("kind") == "stop":
+                continue
+            child = {"kind": a["kind"], "label": a.get("argument", ""), "status": a.get("status", "executed"),
+                     "fallback": bool(a.get("fallback")), "candidates": a.get("candidates", 0),
+                     "duplicates": a.get("duplicates", 0), "dropped_by_date": a.get("dropped_by_date", 0),
+                     "children": [paper_node(p) for p in a.get("added") or []]}
+            node["children"].append(child)
+
+    root = {"kind": "query", "label": traj.get("user_query", ""), "qid": traj.get("qid"), "before": traj.get("before"),
+            "run": traj.get("run", 0), "stopped_by": traj.get("stopped_by"), "children": [],
+            "queue": len(queued), "sessions": len(sessions),
+            "grammar_error_counts": traj.get("grammar_errors") or {}}
+    for s in sessions:
+        if s.get("start_state") == "S_q":
+            _session_into(root, s)
+    found = {norm_id(p) for p in queued}
+    root["gold_total"] = len(gold_set)
+    root["gold_found"] = len(gold_set & found)
+    root["gold_missed"] = sorted(gold_set - found)
+    return root
+
+
+def tree_stats(node: dict) -> dict[str, int]:
+    """Counts over a tree (what a test or a summary line checks): nodes per kind and gold paper nodes."""
+    out: dict[str, int] = {}
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        out[n["kind"]] = out.get(n["kind"], 0) + 1
+        if n.get("gold"):
+            out["gold"] = out.get("gold", 0) + 1
+        stack.extend(n.get("children") or [])
+    return out
