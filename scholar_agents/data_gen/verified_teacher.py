@@ -23,7 +23,8 @@ is false: the environment's own rule). Greedy marginal gain: repeatedly keep the
 gold papers not found by the queries already kept (ties: the earlier candidate), at most ``max_queries`` of them,
 until no candidate adds one. The kept queries, in the order kept, are the session's answer
 ``[Search] q1 ... [Stop]``. When no candidate finds a gold paper the answer is the user query alone
-(``fallback_raw_query``; counted) — else the query yields no search session.
+(``fallback_raw_query``; counted; the topic instead when ``topic`` is a candidate) — else the query yields no
+search session.
 """
 
 from __future__ import annotations
@@ -226,8 +227,9 @@ def verify_queries(search, users: Sequence, candidates: Sequence[list[Candidate]
         raw_b = {norm_id(h.paper_id) for h in raw[i]}
         kept = greedy_select(cands, per_user[i], u.gold_ids, max_queries)
         fallback = not kept and fallback_raw_query
-        if fallback:
-            kept = [Kept(u.question, USER_QUERY, [], 0.0)]
+        if fallback:  # the topic when it is a candidate: the search every request form of the query contains
+            first = cands[0] if cands and cands[0].source == TOPIC else Candidate(u.question, USER_QUERY)
+            kept = [Kept(first.query, first.source, [], 0.0)]
         by_source: dict[str, int] = {}
         for k in kept:
             by_source[k.source] = by_source.get(k.source, 0) + 1
