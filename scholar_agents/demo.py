@@ -208,6 +208,20 @@ def _ppo_note(out: Path) -> str:
             "Training curves: ppo/training_curves.png.")
 
 
+def _shipped_crawler_section(asset_dir: Path | None = None) -> list[str]:
+    """The shipped default Crawler against the search it wraps on held-out dev queries, in every request form
+    (issue 29 item 4): the tables `scripts/crawler_phrasings.sh` wrote beside the adapter (the shared corpus is
+    not bundled, so the demo quotes them rather than re-running them)."""
+    from scholar_agents.hydra_app import PACKAGE_DIR
+
+    path = (asset_dir or PACKAGE_DIR / "assets" / "crawler_adapter") / "evaluation.md"
+    if not path.is_file():
+        return []
+    return ["", "## The shipped default Crawler vs search-only, held-out queries in researchers' phrasings", "",
+            "Not re-run by the demo (it needs the shared corpus): `scholar_agents/assets/crawler_adapter/"
+            "evaluation.md`, the adapter the demo's `pasa search` uses.", "", path.read_text().strip()]
+
+
 def _pasa_section(out: Path) -> list[str]:
     """The held-out `eval pasa` rows: agents after SFT / PPO beside search-only, with intervals, both settings."""
     from scholar_agents.eval.pasa import (
@@ -270,6 +284,7 @@ def _write_report(out: Path, cfg: DictConfig, stages: dict[str, Any], search: di
                   f"{cfg.selector.threshold} (precision {select['precision']:.3f}, recall {select['recall']:.3f}); "
                   f"{select['pairs_per_second']:.1f} pairs/s.")]
     lines += _pasa_section(out)
+    lines += _shipped_crawler_section()
     lines += _selector_section(out)
     figures = {n: s["metrics"] for n, s in stages.items() if s.get("metrics")}
     if figures:

@@ -62,3 +62,20 @@ for setting in $SETTINGS; do
     "phrasings=[$FORMS]" "rows=[$ROWS]" "$@"
   echo "report: $DIR/report.md"
 done
+
+# the per-form tables of every setting, for the adapter's model card and the demo report (SHIP=0 skips the copy)
+"$PY" - "$OUT" "${SHIP:-1}" $SETTINGS <<'PYEOF'
+import datetime, sys
+from pathlib import Path
+from scholar_agents.eval.pasa import phrasing_report
+out, ship, settings = Path(sys.argv[1]), sys.argv[2] == "1", sys.argv[3:]
+text = phrasing_report(
+    [d for s in settings for d in sorted(out.glob(f"{s}*")) if d.is_dir()],
+    f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d} by `bash scripts/crawler_phrasings.sh` (2 CPU "
+    "cores): dev queries this adapter never saw, over the shared corpus (99,344 papers), no Selector (the crawl's "
+    "order ranks), means with 95 % bootstrap intervals, differences paired on the same queries.")
+(out / "evaluation.md").write_text(text)
+if ship:
+    Path("scholar_agents/assets/crawler_adapter/evaluation.md").write_text(text)
+print(text)
+PYEOF

@@ -52,8 +52,8 @@ def test_demo_report_puts_held_out_agent_rows_beside_search_with_intervals(tmp_p
     """The demo report's PaSa section is read from a real `eval pasa` run (tiny model, the sample) in the demo's
     eval_pasa/ dir: both settings, the agent rows beside the search rows with intervals and the paired comparison;
     the PPO note is read from the PPO stage's metrics.json and says when the policy never moved."""
-    from scholar_agents.demo import _pasa_section, _ppo_note
-    from scholar_agents.eval.pasa import pasa
+    from scholar_agents.demo import _pasa_section, _ppo_note, _shipped_crawler_section
+    from scholar_agents.eval.pasa import pasa, phrasing_report
 
     run_dir = tmp_path / "demo"
     (run_dir / "eval_pasa").mkdir(parents=True)
@@ -62,6 +62,7 @@ def test_demo_report_puts_held_out_agent_rows_beside_search_with_intervals(tmp_p
     pasa(compose("eval_pasa", [
         f"paths.cache_dir={tmp_path_factory.getbasetemp() / 'pasa_cache'}", f"resume_dir={run_dir / 'eval_pasa'}",
         "search=bm25", f"rows={rows}", "setting=both", "queries.offset=70", "queries.limit=3",
+        "phrasings=[original,imperative]",
         f"llm.model={tiny_model_dir}", "llm.dtype=float32", "llm.max_model_len=1024",
         f"selector_llm.model={tiny_model_dir}", "selector_llm.dtype=float32", "selector_llm.max_model_len=1024",
         "crawler.env.max_sessions=1", "crawler.policy.max_new_tokens=8"]))
@@ -70,6 +71,13 @@ def test_demo_report_puts_held_out_agent_rows_beside_search_with_intervals(tmp_p
                    "Crawler vs search-only, paired", "Equal budget", "whole_corpus"):
         assert needle in text, needle
     assert text.count("| Agent after crawler SFT") >= 2  # the row table and the comparison table
+    # issue 29: the per-form tables shipped beside the adapter (scripts/crawler_phrasings.sh) reach the report
+    asset = tmp_path / "asset"
+    asset.mkdir()
+    (asset / "evaluation.md").write_text(phrasing_report([run_dir / "eval_pasa"], "Measured here."))
+    shipped = "\n".join(_shipped_crawler_section(asset))
+    assert "Measured here." in shipped and "| imperative | agent_sft~imperative |" in shipped
+    assert "| original | agent_sft |" in shipped and _shipped_crawler_section(tmp_path) == []
 
     (run_dir / "ppo").mkdir()
     metrics = {"train": {"steps": 3, "session_return_first": 0.5, "session_return_last": 0.75},

@@ -420,6 +420,23 @@ def phrasing_table(summary: dict[str, dict], comps: Sequence[dict], labels: dict
     return "\n".join(lines) + "\n"
 
 
+def phrasing_report(run_dirs: Sequence[Path], preface: str = "") -> str:
+    """The per-form tables (:func:`phrasing_table`) of finished ``eval pasa`` runs, one block per run dir (e.g. one per
+    setting): what ``scripts/crawler_phrasings.sh`` ships beside the adapter for its card and the demo report."""
+    parts = [preface] if preface else []
+    for d in run_dirs:
+        path = Path(d) / "summary.json"
+        if not path.is_file():
+            continue
+        s = json.loads(path.read_text())
+        n = max((v.get("queries", 0) for v in s["summary"].values()), default=0)
+        table = phrasing_table(s["summary"], s["comparisons"], {name: name for name in s["summary"]})
+        if table:
+            parts += ["", f"**{Path(d).name}** ({s['meta'].get('search', '')}; {n} queries in the search rows):", "",
+                      table]
+    return "\n".join(parts).strip() + "\n"
+
+
 def markdown_table(summary: dict[str, dict], labels: dict[str, str]) -> str:
     cols = ["Method", "Crawler Recall", "Precision", "Recall", "Recall@100", "Recall@50", "Recall@20",
             "Actions", "Wall s/query", "Queries"]
