@@ -12,11 +12,14 @@
 # 0. split the dev queries into train / held-out (seeded, HELDOUT_FRACTION; the qids in
 #    $OUT/split/{train,heldout}_qids.txt); the held-out queries never reach steps 1-2;
 # 1. `data_gen crawler_sessions` (teacher=verified) on the TRAIN queries, searched with search=auto (hybrid when the
-#    store has a dense index, as the agent will search), with the topic candidate first and each search session also
-#    asked in FORMS_PER_QUERY request forms drawn per query (data_gen/request_forms.py: the same gold, the same
-#    verified searches); at most MAX_SEARCHES verified searches per session (multi-search sessions where a later
-#    search adds gold). 1b: the same teacher with one search per session ($OUT/sessions_single/stats.json), to
-#    measure what the extra searches add;
+#    store has a dense index, as the agent will search), with the topic candidate first and each query's search
+#    session asked in FORMS_PER_QUERY (default 1) phrasings drawn per query from the original and the five request
+#    forms (data_gen/request_forms.py: the same gold, the same verified searches); at most MAX_SEARCHES verified
+#    searches per session (multi-search sessions where a later search adds gold). Why one phrasing per query: SFT
+#    costs ~8-28 s per step of 4 sessions on 2 shared cores, so the ~900 queries once each (225 steps) is the budget.
+#    EXPAND_SESSIONS=false: of the shared corpus's 99k papers 54 have sections; its 28 expand sessions (1 citing a
+#    gold paper) are ~7x longer than a search session and would dominate the SFT time for no signal. 1b: the same
+#    teacher with one search per session ($OUT/sessions_single/stats.json), to measure what extra searches add;
 # 2. `train crawler_sft` with LoRA (r=16 on the 7 linear modules of the top 12 of SmolLM2's 30 layers);
 # 3. copy the adapter (bf16 safetensors + config + model card + held-out/train qids) into
 #    scholar_agents/assets/crawler_adapter (SHIP=0 skips it);
@@ -31,7 +34,8 @@ CORPUS=${CORPUS:-shared}
 SEED=${SEED:-0}
 EPOCHS=${EPOCHS:-1}
 LR=${LR:-3e-4}
-FORMS_PER_QUERY=${FORMS_PER_QUERY:-2}
+FORMS_PER_QUERY=${FORMS_PER_QUERY:-1}
+EXPAND_SESSIONS=${EXPAND_SESSIONS:-false}
 MAX_SEARCHES=${MAX_SEARCHES:-3}
 DENSE_BEFORE=${DENSE_BEFORE:-2024-07-31}
 AGENT_QUERIES=${AGENT_QUERIES:-10}
@@ -49,7 +53,7 @@ elif [ "$CORPUS" = sample ]; then
 else
   echo "CORPUS must be shared or sample, got '$CORPUS'" >&2; exit 2
 fi
-FORMS="[imperative,papers_that,looking_for,show_me,multi_sentence]"
+FORMS="[original,imperative,papers_that,looking_for,show_me,multi_sentence]"
 export WANDB_MODE=${WANDB_MODE:-offline} TOKENIZERS_PARALLELISM=false
 mkdir -p "$OUT/split"
 
@@ -75,7 +79,8 @@ TEACHER=(data_gen.teacher=verified data_gen.topic_candidate=true data_gen.querie
          seed="$SEED")
 "$PY" -m scholar_agents data_gen crawler_sessions "${PAPERS[@]}" "${TEACHER[@]}" \
   data_gen.verified_max_queries="$MAX_SEARCHES" "data_gen.request_forms=$FORMS" \
-  data_gen.request_forms_per_query="$FORMS_PER_QUERY" out_dir="$OUT/sessions"
+  data_gen.request_forms_per_query="$FORMS_PER_QUERY" data_gen.expand_sessions="$EXPAND_SESSIONS" \
+  out_dir="$OUT/sessions"
 # 2. LoRA SFT (final/adapter = the adapter; final/ = the merged model)
 "$PY" -m scholar_agents train crawler_sft sft.train_file="$OUT/sessions/train.jsonl" sft.run_name=default_crawler \
   sft.output_dir="$OUT/crawler_sft" sft.max_length=768 sft.num_train_epochs="$EPOCHS" sft.learning_rate="$LR" \
@@ -128,8 +133,8 @@ Ours (not a PaSa release): imitation learning of the verified teacher (issues 17
 - data: `data_gen crawler_sessions data_gen.teacher=verified data_gen.topic_candidate=true search=auto`
   ({stats.get('search_backend')}) over {where}, on {stats['user_queries']} of the {n_dev} dev queries (the rest,
   held-out fraction {fraction}, seed {seed}, are never trained on: their qids are in heldout_qids.txt here)
-- sessions: {stats['by_kind']}; each search session also asked in {forms_per_query} request forms drawn per query
-  (data_gen/request_forms.py; same gold, same verified searches): {forms}
+- sessions: {stats['by_kind']}; each query's search session asked in {forms_per_query} phrasing(s) drawn per query
+  from the original and five request forms (data_gen/request_forms.py; same gold, same verified searches): {forms}
 - verified teacher over the train queries (search sessions in the original phrasing): recall
   {vt.get('mean_teacher_recall', float('nan')):.3f} with <= {vt.get('max_queries')} searches
   ({vt.get('sessions_with_several_searches')} of {vt.get('search_sessions')} sessions keep several; mean

@@ -379,3 +379,15 @@ def test_crawler_sessions_request_forms_reuse_the_verified_searches(corpus, tmp_
         == len(copies)
     with pytest.raises(UsageError, match="unknown"):
         crawler_sessions(compose("data_gen_crawler_sessions", [*overrides, "data_gen.request_forms=[imperativ]"]))
+    # `original` among the forms: each query asked once, in one drawn phrasing (the CPU recipe)
+    once = tmp_path / "cs_once"
+    st1 = crawler_sessions(compose("data_gen_crawler_sessions", [
+        *overrides, f"out_dir={once}", "data_gen.request_forms=[original,imperative,looking_for,multi_sentence]",
+        "data_gen.request_forms_per_query=1"]))["stats"]
+    one = [r for f in ("train.jsonl", "eval.jsonl") for r in _rows(once / f) if r["meta"]["kind"] == "search"]
+    assert sorted(r["meta"]["qid"] for r in one) == sorted(originals)  # one session per query
+    drawn = Counter(r["meta"].get("form", "original") for r in one)
+    assert len(drawn) >= 2 and sum(drawn.values()) == len(originals)
+    assert all(st1["counts"].get(f"search_sessions_{f}", 0) == n for f, n in drawn.items())
+    # the teacher's figures are per query, whichever phrasing was kept
+    assert st1["verified_teacher"]["mean_teacher_recall"] == pytest.approx(v["mean_teacher_recall"])

@@ -83,7 +83,9 @@ class CrawlerSessionsConfig:
     topic_candidate: bool = False
     # ours (issue 29): each verified search session also asked in these request forms (data_gen/request_forms.py:
     # imperative, papers_that, looking_for, show_me, multi_sentence) with the same gold and the same verified
-    # searches; `request_forms_per_query`: that many of them per query, drawn with the seed (null = all)
+    # searches; `request_forms_per_query`: that many of them per query, drawn with the seed (null = all). Listing
+    # `original` makes the question's own phrasing one of the forms drawn (else it is always kept): with
+    # request_forms_per_query=1, each query is asked once, in one phrasing (the CPU recipe's budget)
     request_forms: list = field(default_factory=list)
     request_forms_per_query: Optional[int] = None
     llm_candidates: bool = False
@@ -219,8 +221,13 @@ def sessions_for_shard(llm, env, search, store, queries: list[ScholarQuery], dg,
                                       "raw_query_recall_at_budget": v.raw_recall_at_budget,
                                       "fallback_raw_query": v.fallback}})
                 stats["search_sessions"] += 1
-                for form in _forms_of(q.qid, dg, seed):
-                    rows.append(_in_form(env, rows[-1], q, form, response))
+                asked = _forms_of(q.qid, dg, seed)
+                original = rows[-1]
+                if "original" in (dg.get("request_forms") or []) and "original" not in asked:
+                    rows.pop()  # the original phrasing is one of the sampled forms and was not drawn
+                for form in asked:
+                    if form != "original":
+                        rows.append(_in_form(env, original, q, form, response))
                     stats[f"search_sessions_{form}"] += 1
     else:
         teacher, raw = _llm_teacher(llm, queries, dg, seed, stats)
@@ -285,9 +292,9 @@ def verified_summary(rows: list[dict], max_queries: int, search_k: int) -> dict[
     """The verified teacher over the TRAIN search sessions: its recall (the ceiling a student imitating it can
     reach with <= max_queries searches) next to the raw user query's at the environment's k and at the same paper
     budget, and each kept position's mean marginal recall."""
-    # the original phrasing only: a request-form copy repeats its searches
-    metas = [r["meta"] for r in rows if r["meta"]["kind"] == SEARCH and "verified" in r["meta"]
-             and "form" not in r["meta"]]
+    # one per user query: its request-form copies repeat its searches (and its original may not be kept)
+    metas = list({r["meta"]["qid"]: r["meta"] for r in reversed(rows)
+                  if r["meta"]["kind"] == SEARCH and "verified" in r["meta"]}.values())
     if not metas:
         return {"search_sessions": 0}
     n = len(metas)
@@ -328,10 +335,10 @@ def crawler_sessions(cfg: DictConfig) -> dict:
     if dg.get("request_forms"):
         from scholar_agents.data_gen.request_forms import FORMS, ORIGINAL
 
-        bad = [f for f in dg.request_forms if f not in FORMS or f == ORIGINAL]
+        bad = [f for f in dg.request_forms if f not in FORMS]
         if bad:
-            raise UsageError(f"data_gen.request_forms: unknown {bad}; forms: "
-                             f"{', '.join(f for f in FORMS if f != ORIGINAL)} (the original is always kept)")
+            raise UsageError(f"data_gen.request_forms: unknown {bad}; forms: {', '.join(FORMS)} (with {ORIGINAL} "
+                             "listed, the original phrasing is one of the forms drawn; else it is always kept)")
         if dg.teacher != "verified":
             raise UsageError("data_gen.request_forms needs data_gen.teacher=verified (the forms reuse its searches)")
     if dg.get("request_forms_per_query") is not None and int(dg.request_forms_per_query) < 1:
