@@ -71,6 +71,10 @@ class CrawlTaskConfig:
     cited_per_section: int = 3  # papers (or unresolvable titles) each non-gold section cites
     other_sections: int = 2  # sections besides the task's own (from OTHER_SECTIONS)
     selector_class: int = 1  # ``selector``: class papers the Applications section cites (besides distractors)
+    # ``two_hops``: true (default) = the hub's other sections cite decoys shaped like the bridge, so V̂ must read the
+    # outline to tell them apart; false (ours, the learning test's) = they cite leaf distractors, as in one_hop, and
+    # every S_{q+p} a hub expansion starts is the bridge's — Eq. 3's bootstrap alone then separates Background
+    decoys: bool = True
     sft_samples_per_state: int = 4  # uniform imitation responses per session state
     seed: int = 0
 
@@ -162,7 +166,7 @@ class _Builder:
         for j, h in enumerate(others):
             if c.task == "cost":
                 refs = self.unresolvable()
-            elif c.task == "two_hops":  # decoys shaped like the bridge, leading to distractors
+            elif c.task == "two_hops" and c.decoys:  # decoys shaped like the bridge, leading to distractors
                 decoy = self.paper(f"{q}-decoy{j}", self.words.phrase(3).capitalize(), sections=self.padded(
                     [Section(DECOY_SECTION, [Reference(p) for p in self.leaves(f"{q}-decoy{j}-d", c.cited_per_section)])]))
                 refs = [Reference(decoy)]
