@@ -126,6 +126,18 @@ def test_two_hops_credit_flows_only_through_the_bridge_session(generated):
         assert all([r.paper_id for r in s.references] == tq["gold"] for s in bridge.sections)
 
 
+def test_two_hops_without_decoys_only_the_bridge_starts_a_session():
+    """``crawl_task.decoys=false`` (the learning test's variant): the hub's other sections cite sectionless
+    distractors, so the bridge is the only paper a hub expansion adds that starts an S_{q+p} session (Eq. 3's
+    bootstrap reaches no other action) — and still no hub section cites a gold paper."""
+    papers, splits = build_task(CrawlTaskConfig(task="two_hops", n_train=4, n_eval=1, decoys=False))
+    by_id = {p.paper_id: p for p in papers}
+    for tq in splits["train"]:
+        cited = [r.paper_id for s in by_id[tq.hub].sections for r in s.references]
+        assert [p for p in cited if by_id[p].sections] == [tq.bridge]
+        assert not set(cited) & set(tq.gold) and set(tq.optimal) == {tq.hub, tq.bridge}
+
+
 def test_cost_extra_expansions_find_nothing(generated):
     d, store, search, spec = generated["cost"]
     env = CrawlEnv(store, search, CrawlConfig(**TASK_ENV))
