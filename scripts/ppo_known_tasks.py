@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 KEYS = ("optimal_action_rate", "optimal_share", "optimal_section_rate", "hub_stop_rate", "recall", "actions_per_query",
-        "selector_section_rate", "selector_share")
+        "selector_section_rate", "selector_share", "selector_recall")
 
 
 def train_selector(kt, task: str) -> Path:
@@ -43,7 +43,10 @@ def train_selector(kt, task: str) -> Path:
     rng, rows = random.Random(0), []
     for q in spec["queries"]["train"]:
         labelled = [(p, True) for p in q["selector_class"] + q["gold"]]
-        labelled += [(p, False) for p in rng.sample(q["distractors"], min(4, len(q["distractors"])))]
+        # as many distractors as positives (at least 4): more True than False labels taught the tiny Selector to
+        # accept everything (measured with 6 gold papers: class, gold and distractors all accepted at 1.0)
+        n_neg = min(max(4, len(labelled)), len(q["distractors"]))
+        labelled += [(p, False) for p in rng.sample(q["distractors"], n_neg)]
         for pid, label in labelled:
             p = papers[pid]
             rows.append({"messages": selector_messages(q["question"], p.title, p.abstract) + [
@@ -98,7 +101,7 @@ def main() -> None:
     root = Path(args.root)
     kt = harness.KnownTasks(root / "base")
     if args.selector:
-        kt.selectors[args.task] = train_selector(kt, args.task)
+        kt.selector(args.task)
     ppo = dict(o.split("=", 1) for o in args.overrides)
     name = args.name or args.task
     for seed in [int(s) for s in args.seeds.split(",")]:
