@@ -6,12 +6,18 @@ uniform sessions); one JSON line per run (means of the first 2 and the last 3 st
     python scripts/ppo_known_tasks.py one_hop --seeds 0,1,2,3 total_steps=12
     python scripts/ppo_known_tasks.py one_hop --name gae estimator=gae
     python scripts/ppo_known_tasks.py cost total_steps=15
-    python scripts/ppo_known_tasks.py two_hops --size crawl_task.gold_per_query=6 total_steps=30 \\
-        policy_freeze_steps=5 lr=5e-4 value_clip_eps=10 gamma1=0.1        # and gamma1=0.5, gamma1=0.0
-    python scripts/ppo_known_tasks.py selector --selector use_selector=true alpha=0.05 total_steps=15
+    # two_hops (TASK_SIZES: no decoys, 6 gold papers) — the γ1 test, seeds 0-7; then the value warm-up test
+    python scripts/ppo_known_tasks.py two_hops --seeds 0,1,2,3,4,5,6,7 --name g05 gamma1=0.5 queries_per_step=16 \
+        'expand_sessions=[16,32]' policy_freeze_steps=20 total_steps=35        # and --name g0 gamma1=0.0
+    python scripts/ppo_known_tasks.py two_hops --name warmup gamma1=0.5 queries_per_step=16 \
+        'expand_sessions=[16,32]' policy_freeze_steps=30 total_steps=30
+    python scripts/ppo_known_tasks.py selector --selector --name a3 use_selector=true alpha=3 beta=1.0 \
+        queries_per_step=16 'expand_sessions=[16,32]' policy_freeze_steps=20 total_steps=35   # and alpha=0.05, 1
 
 `--selector` first trains the task's Selector (`train selector_sft` on the task's pairs: the Selector class and the
-gold papers True, distractors False) and prints its accept rates. Trailing key=value pairs are ppo.* overrides.
+gold papers True, as many distractors False) and prints its accept rates. `--size crawl_task.decoys=true` measures
+two_hops with decoys (docs/ppo.md: V̂ then has too few bridge states to tell them apart). Trailing key=value pairs
+are ppo.* overrides.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ the one crawl environment, Eq. 1-8, the value model — from a tiny random Qwen2
 choose uniformly among the valid actions, on a task written by `data_gen crawl_tasks`, and checks the `task/*`
 metrics the trainer logs (scholar_agents/train/ppo/known_task.py).
 
-Thresholds were measured over seeds 0-3 (the spread is in each test's docstring); a test fails when the math is
-wrong, e.g. with the advantage's sign flipped or the cross-session bootstrap dropped (issue 26's note shows both)."""
+Thresholds were measured over seeds 0-3 or 0-7 (seeds and spread in each test's docstring); a test fails when the
+math is wrong, e.g. with the advantage's sign flipped or the cross-session bootstrap dropped (issue 26's note shows
+both)."""
 
 from __future__ import annotations
 
