@@ -116,7 +116,7 @@ def main() -> None:
             raise SystemExit(f"{run_dir} exists: choose another --name or remove it")
         rows = harness.run_ppo(kt, args.task, run_dir, **{"seed": seed, **ppo})
 
-        def mean(key, part):
+        def mean(key, part, rows=rows):
             vals = [r[f"task/{key}"] for r in rows[part] if f"task/{key}" in r]
             return round(sum(vals) / len(vals), 3) if vals else None
 
