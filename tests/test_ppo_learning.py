@@ -54,11 +54,13 @@ def known_tasks(tmp_path_factory):
 
 
 class KnownTasks:
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, base: str | None = None):
+        """``base``: the model the start policy and the Selector are fine-tuned from (default: the tiny random Qwen2;
+        scripts/ppo_learning_curves.py --base embedded:smollm2)."""
         self.root, self.dirs, self.policies, self.selectors = root, {}, {}, {}
         from tests.fixtures.llm import make_tiny_qwen2
 
-        self.tiny = make_tiny_qwen2(root / "tiny")
+        self.tiny = base or make_tiny_qwen2(root / "tiny")
 
     def selector(self, task: str) -> Path:
         """The task's Selector: `train selector_sft` on its (question, paper) pairs (scripts/ppo_known_tasks.py)."""
@@ -241,3 +243,21 @@ def test_the_measurement_script_runs_the_same_harness(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = json.loads(proc.stdout.strip().splitlines()[-1])
     assert line["steps"] == 2 and 0.0 <= line["first2"]["optimal_action_rate"] <= 1.0
+
+
+def test_the_learning_curves_script_plots_each_task_beside_its_ablation(tmp_path):
+    """scripts/ppo_learning_curves.py (issue 26 item 3's curves): on the tiny model, 2 steps of two_hops, γ1 = 0.5
+    beside γ1 = 0 — one PNG with both, curves.json with the seeds, the wall time and every step's metrics."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "MPLBACKEND": "Agg",
+           "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "ppo_learning_curves.py"), "--tasks", "two_hops",
+                           "--seeds", "0", "--out", str(tmp_path), "total_steps=2", "policy_freeze_steps=1"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    png = tmp_path / "two_hops.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = json.loads((tmp_path / "curves.json").read_text())
+    curves = summary["tasks"]["two_hops"]["curves"]
+    assert summary["seeds"] == [0] and summary["seconds"] >= 0
+    assert sorted(curves) == ["γ1 = 0 (no bootstrap)", "γ1 = 0.5"]
+    assert all(len(runs) == 1 and len(runs[0]) == 2 and "task/recall" in runs[0][0] for runs in curves.values())
