@@ -61,6 +61,9 @@ def plot(task: str, curves: dict[str, list[list[dict]]], out: Path) -> Path:
         frozen = [r.get("actor/frozen", 0.0) for r in next(iter(curves.values()))[0]]
         if any(frozen):
             ax.axvspan(-0.5, sum(f == 1.0 for f in frozen) - 0.5, color="0.9", zorder=0)
+        if key == "critic/vf_explained_var":  # a step whose returns barely vary gives EV << −1 (1 − Var[R−V]/Var[R])
+            ax.set_ylim(-1.0, 1.0)
+            title += " (axis from −1)"
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("PPO step")
     axes.flat[0].legend(fontsize=8)
