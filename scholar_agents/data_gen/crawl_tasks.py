@@ -13,7 +13,8 @@ cite different things, and the section headings are shuffled per hub, so the pol
   model V̂(S_{q+p}) tell a bridge — with a ``Related Work`` — from a decoy: both titles are random words). Bridges and
   decoys have as many sections as a hub (a decoy's others cite nothing findable). The optimum expands the hub's
   ``Background`` although it adds no gold paper: its value reaches the hub's session only through Eq. 3's
-  cross-session term γ1 · Σ_j V̂(S_{q+p_j}).
+  cross-session term γ1 · Σ_j V̂(S_{q+p_j}). ``crawl_task.decoys=false`` (the learning test's variant): the other
+  sections cite leaf distractors instead, so the bridge is the only S_{q+p} a hub expansion starts.
 - ``cost``: ``Related Work`` cites the gold papers, every other section cites only titles that are in no store
   (expansion finds nothing). The optimum is one [Expand] then [Stop]: actions per query fall as PPO learns c.
 - ``selector``: ``Related Work`` cites the gold papers, ``Applications`` cites ``selector_class`` papers of the
