@@ -6,12 +6,18 @@ uniform sessions); one JSON line per run (means of the first 2 and the last 3 st
     python scripts/ppo_known_tasks.py one_hop --seeds 0,1,2,3 total_steps=12
     python scripts/ppo_known_tasks.py one_hop --name gae estimator=gae
     python scripts/ppo_known_tasks.py cost total_steps=15
-    python scripts/ppo_known_tasks.py two_hops --size crawl_task.gold_per_query=6 total_steps=30 \\
-        policy_freeze_steps=5 lr=5e-4 value_clip_eps=10 gamma1=0.1        # and gamma1=0.5, gamma1=0.0
-    python scripts/ppo_known_tasks.py selector --selector use_selector=true alpha=0.05 total_steps=15
+    # two_hops (TASK_SIZES: no decoys, 6 gold papers) — the γ1 test, seeds 0-7; then the value warm-up test
+    python scripts/ppo_known_tasks.py two_hops --seeds 0,1,2,3,4,5,6,7 --name g05 gamma1=0.5 queries_per_step=16 \
+        'expand_sessions=[16,32]' policy_freeze_steps=20 total_steps=35        # and --name g0 gamma1=0.0
+    python scripts/ppo_known_tasks.py two_hops --name warmup gamma1=0.5 queries_per_step=16 \
+        'expand_sessions=[16,32]' policy_freeze_steps=30 total_steps=30
+    python scripts/ppo_known_tasks.py selector --selector --name a3 use_selector=true alpha=3 beta=1.0 \
+        queries_per_step=16 'expand_sessions=[16,32]' policy_freeze_steps=20 total_steps=35   # and alpha=0.05, 1
 
 `--selector` first trains the task's Selector (`train selector_sft` on the task's pairs: the Selector class and the
-gold papers True, distractors False) and prints its accept rates. Trailing key=value pairs are ppo.* overrides.
+gold papers True, as many distractors False) and prints its accept rates. `--size crawl_task.decoys=true` measures
+two_hops with decoys (docs/ppo.md: V̂ then has too few bridge states to tell them apart). Trailing key=value pairs
+are ppo.* overrides.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 KEYS = ("optimal_action_rate", "optimal_share", "optimal_section_rate", "hub_stop_rate", "recall", "actions_per_query",
-        "selector_section_rate", "selector_share")
+        "selector_section_rate", "selector_share", "selector_recall")
 
 
 def train_selector(kt, task: str) -> Path:
@@ -43,7 +49,10 @@ def train_selector(kt, task: str) -> Path:
     rng, rows = random.Random(0), []
     for q in spec["queries"]["train"]:
         labelled = [(p, True) for p in q["selector_class"] + q["gold"]]
-        labelled += [(p, False) for p in rng.sample(q["distractors"], min(4, len(q["distractors"])))]
+        # as many distractors as positives (at least 4): more True than False labels taught the tiny Selector to
+        # accept everything (measured with 6 gold papers: class, gold and distractors all accepted at 1.0)
+        n_neg = min(max(4, len(labelled)), len(q["distractors"]))
+        labelled += [(p, False) for p in rng.sample(q["distractors"], n_neg)]
         for pid, label in labelled:
             p = papers[pid]
             rows.append({"messages": selector_messages(q["question"], p.title, p.abstract) + [
@@ -98,7 +107,7 @@ def main() -> None:
     root = Path(args.root)
     kt = harness.KnownTasks(root / "base")
     if args.selector:
-        kt.selectors[args.task] = train_selector(kt, args.task)
+        kt.selector(args.task)
     ppo = dict(o.split("=", 1) for o in args.overrides)
     name = args.name or args.task
     for seed in [int(s) for s in args.seeds.split(",")]:
@@ -107,7 +116,7 @@ def main() -> None:
             raise SystemExit(f"{run_dir} exists: choose another --name or remove it")
         rows = harness.run_ppo(kt, args.task, run_dir, **{"seed": seed, **ppo})
 
-        def mean(key, part):
+        def mean(key, part, rows=rows):
             vals = [r[f"task/{key}"] for r in rows[part] if f"task/{key}" in r]
             return round(sum(vals) / len(vals), 3) if vals else None
 

@@ -126,6 +126,18 @@ def test_two_hops_credit_flows_only_through_the_bridge_session(generated):
         assert all([r.paper_id for r in s.references] == tq["gold"] for s in bridge.sections)
 
 
+def test_two_hops_without_decoys_only_the_bridge_starts_a_session():
+    """``crawl_task.decoys=false`` (the learning test's variant): the hub's other sections cite sectionless
+    distractors, so the bridge is the only paper a hub expansion adds that starts an S_{q+p} session (Eq. 3's
+    bootstrap reaches no other action) — and still no hub section cites a gold paper."""
+    papers, splits = build_task(CrawlTaskConfig(task="two_hops", n_train=4, n_eval=1, decoys=False))
+    by_id = {p.paper_id: p for p in papers}
+    for tq in splits["train"]:
+        cited = [r.paper_id for s in by_id[tq.hub].sections for r in s.references]
+        assert [p for p in cited if by_id[p].sections] == [tq.bridge]
+        assert not set(cited) & set(tq.gold) and set(tq.optimal) == {tq.hub, tq.bridge}
+
+
 def test_cost_extra_expansions_find_nothing(generated):
     d, store, search, spec = generated["cost"]
     env = CrawlEnv(store, search, CrawlConfig(**TASK_ENV))
@@ -194,3 +206,31 @@ def test_task_overrides_compose_and_build_the_store_through_the_papers_group(gen
         assert store.get(tq["hub"]).outline and [h.paper_id for h in search.search(tq["topic"], k=1)] == [tq["hub"]]
     finally:
         store.close()
+
+
+def test_known_task_metrics_count_the_selector_class_collected():
+    """``task/selector_recall`` (the learning tests' α ordering): the class's papers collected per query, as a share
+    of the class — and ``task/selector_share`` the class among all papers expanded."""
+    from scholar_agents.pasa.trajectory import S_Q, ActionRecord, SessionRecord
+    from scholar_agents.train.ppo.known_task import KnownTask
+
+    cfg = CrawlTaskConfig(task="selector", n_train=2, n_eval=0, selector_class=3)
+    _, splits = build_task(cfg)
+    kt = KnownTask({"config": {"task": "selector"},
+                    "queries": {"train": [{**tq.__dict__} for tq in splits["train"]]}})
+
+    def session(tq, state, paper, actions):
+        return SessionRecord(f"{tq.qid}#0/{state}", tq.qid, tq.question, None, state, paper, 1, None, None, [], [],
+                             "", [1], None, "stop", actions)
+
+    records = []
+    for tq, take in zip(splits["train"], (True, False)):
+        records.append(session(tq, S_Q, None, [ActionRecord("search", tq.topic, 0, 1, added=[tq.hub])]))
+        acts = [ActionRecord("expand", GOLD_SECTION, 0, 1, added=list(tq.gold))]
+        if take:
+            acts.append(ActionRecord("expand", SELECTOR_SECTION, 1, 2, added=list(tq.selector_class)))
+        records.append(session(tq, S_QP, tq.hub, acts))
+    m = kt.metrics(records)
+    assert m["task/selector_recall"] == 0.5  # one query collected its whole class, the other none of it
+    assert m["task/selector_section_rate"] == 0.5
+    assert m["task/selector_share"] == 3 / (3 + 3 + 3)

@@ -13,7 +13,8 @@ cite different things, and the section headings are shuffled per hub, so the pol
   model V̂(S_{q+p}) tell a bridge — with a ``Related Work`` — from a decoy: both titles are random words). Bridges and
   decoys have as many sections as a hub (a decoy's others cite nothing findable). The optimum expands the hub's
   ``Background`` although it adds no gold paper: its value reaches the hub's session only through Eq. 3's
-  cross-session term γ1 · Σ_j V̂(S_{q+p_j}).
+  cross-session term γ1 · Σ_j V̂(S_{q+p_j}). ``crawl_task.decoys=false`` (the learning test's variant): the other
+  sections cite leaf distractors instead, so the bridge is the only S_{q+p} a hub expansion starts.
 - ``cost``: ``Related Work`` cites the gold papers, every other section cites only titles that are in no store
   (expansion finds nothing). The optimum is one [Expand] then [Stop]: actions per query fall as PPO learns c.
 - ``selector``: ``Related Work`` cites the gold papers, ``Applications`` cites ``selector_class`` papers of the
@@ -71,6 +72,10 @@ class CrawlTaskConfig:
     cited_per_section: int = 3  # papers (or unresolvable titles) each non-gold section cites
     other_sections: int = 2  # sections besides the task's own (from OTHER_SECTIONS)
     selector_class: int = 1  # ``selector``: class papers the Applications section cites (besides distractors)
+    # ``two_hops``: true (default) = the hub's other sections cite decoys shaped like the bridge, so V̂ must read the
+    # outline to tell them apart; false (ours, the learning test's) = they cite leaf distractors, as in one_hop, and
+    # every S_{q+p} a hub expansion starts is the bridge's — Eq. 3's bootstrap alone then separates Background
+    decoys: bool = True
     sft_samples_per_state: int = 4  # uniform imitation responses per session state
     seed: int = 0
 
@@ -162,7 +167,7 @@ class _Builder:
         for j, h in enumerate(others):
             if c.task == "cost":
                 refs = self.unresolvable()
-            elif c.task == "two_hops":  # decoys shaped like the bridge, leading to distractors
+            elif c.task == "two_hops" and c.decoys:  # decoys shaped like the bridge, leading to distractors
                 decoy = self.paper(f"{q}-decoy{j}", self.words.phrase(3).capitalize(), sections=self.padded(
                     [Section(DECOY_SECTION, [Reference(p) for p in self.leaves(f"{q}-decoy{j}-d", c.cited_per_section)])]))
                 refs = [Reference(decoy)]

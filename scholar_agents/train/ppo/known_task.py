@@ -37,7 +37,9 @@ class KnownTask:
         ``task/hub_stop_rate``: hub sessions that expand nothing; ``task/recall``: gold papers collected by the step's
         sessions per query; ``task/actions_per_query``: executed [Search] + [Expand]; ``task/selector_share``: the
         Selector class among the papers collected (the hub and search hits excluded); ``task/selector_section_rate``:
-        hub sessions that expand a section citing the Selector class."""
+        hub sessions that expand a section citing the Selector class; ``task/selector_recall``: the Selector class's
+        papers collected per query (a share of the class, what Table 6's α moves; the class's share of everything
+        collected is bounded by the gold papers collected beside it)."""
         hub, exact, covered, stopped, hub_expands, optimal_expands, selector_section = 0, 0, 0, 0, 0, 0, 0
         found: dict[str, set] = defaultdict(set)
         actions: dict[str, int] = defaultdict(int)
@@ -65,6 +67,8 @@ class KnownTask:
                 stopped += not expanded
         qids = [qid for qid in actions if qid in self.queries]
         recall = [len(found[qid] & set(self.queries[qid]["gold"])) / len(self.queries[qid]["gold"]) for qid in qids]
+        classes = [len(found[qid] & set(self.queries[qid]["selector_class"])) / len(self.queries[qid]["selector_class"])
+                   for qid in qids if self.queries[qid]["selector_class"]]
         out = {"task/hub_sessions": float(hub)}
         if hub:
             out.update({"task/optimal_action_rate": exact / hub, "task/optimal_section_rate": covered / hub,
@@ -76,6 +80,8 @@ class KnownTask:
         if qids:
             out.update({"task/recall": sum(recall) / len(recall),
                         "task/actions_per_query": sum(actions[q] for q in qids) / len(qids)})
+        if classes:
+            out["task/selector_recall"] = sum(classes) / len(classes)
         if collected:
             out["task/selector_share"] = selector / collected
         return out
