@@ -16,7 +16,9 @@
 # Selector (use_selector: false: the crawl's own order ranks; the Selector is not what this issue trains). Each
 # form's table: valid-search rate, fallbacks, actions/query, crawler recall, recall@20 and the paired difference to
 # search-only on the same rewritten queries, equal budget included, with 95 % bootstrap intervals.
-# FORMS picks the forms (default all six); every step resumes (resume_dir): re-run the same command.
+# FORMS picks the forms (default all six); EXTRA_ROWS adds rows (e.g. the adapter before retraining: "{name:
+# agent_before, method: agent, adapter: <dir>, fallback_search: true, use_selector: false, limit: 50}"); every step
+# resumes (resume_dir): re-run the same command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-outputs/crawler_phrasings}
@@ -54,7 +56,7 @@ for setting in $SETTINGS; do
     SEARCH=(search=bm25)
     ROWS="{name: search_bm25, method: search, search: bm25}"
   fi
-  ROWS+=",$AGENT"; [ "$POLICY_ROW" = 1 ] && ROWS+=",$POLICY"
+  ROWS+=",$AGENT"; [ "$POLICY_ROW" = 1 ] && ROWS+=",$POLICY"; [ -n "${EXTRA_ROWS:-}" ] && ROWS+=",$EXTRA_ROWS"
   DIR="$OUT/$setting"; [ "$setting" = whole_corpus ] && [ "$DENSE_WHOLE" = 1 ] && DIR="$OUT/whole_corpus_hybrid"
   mkdir -p "$DIR"
   "$PY" -m scholar_agents eval pasa papers=shared_corpus queries.path="$OUT/heldout_queries.jsonl" "${SEARCH[@]}" \

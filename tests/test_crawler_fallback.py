@@ -68,6 +68,25 @@ def test_a_valid_search_needs_no_fallback(toy):  # noqa: F811
     assert not any(a.fallback for a in rec.actions)
 
 
+def test_search_user_query_adds_the_wrapped_search_beside_the_crawlers_and_is_counted(toy):  # noqa: F811
+    """crawler.env.search_user_query (issue 29 item 4): the user's query is searched as written after the Crawler's
+    own searches, counted apart from the fallback; not twice when the Crawler searched it verbatim."""
+    store, search = toy
+    env = CrawlEnv(store, search, CrawlConfig(search_k=5, search_user_query=True))
+    [state] = env.reset([QUERY])
+    _, [rec] = run_session(env, [state], "[Search] message passing [Stop]")
+    own = [a for a in rec.actions if a.kind == "search" and not a.fallback]
+    wrapped = [a for a in rec.actions if a.fallback]
+    assert [a.argument for a in own] == ["message passing"] and own[0].executed
+    assert [a.argument for a in wrapped] == [QUERY.question] and wrapped[0].executed
+    assert wrapped[0].token_start is None and state.moves == 2
+    assert state.traj.user_query_searches == 1 and state.traj.fallback_searches == 0
+    assert state.traj.first_search_valid is True  # the Crawler's own action, not the environment's
+    [again] = env.reset([QUERY])
+    _, [rec2] = run_session(env, [again], f"[Search] {QUERY.question} [Stop]")
+    assert not any(a.fallback for a in rec2.actions) and again.traj.user_query_searches == 0
+
+
 def test_a_request_phrased_query_never_yields_an_empty_search_under_the_grammar(toy, tiny_llm,  # noqa: F811
                                                                                   torch_one_thread):
     store, search = toy

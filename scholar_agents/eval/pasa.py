@@ -79,6 +79,9 @@ class RowSpec:
     # [Search]); the default `agent` row sets true (the agent as `pasa search` runs it), rows that measure the
     # learned policy alone leave it null (= false in the presets)
     fallback_search: Optional[bool] = None
+    # agent: override crawler.env.search_user_query (the user's query also searched as written, beside the
+    # Crawler's searches: the agent never below the search it wraps at its k)
+    search_user_query: Optional[bool] = None
     # the queries rewritten into this request form (data_gen/request_forms.py; set by ``phrasings``, not by hand)
     phrasing: Optional[str] = None
 
@@ -205,6 +208,7 @@ def agent_rows(results, queries: Sequence[ScholarQuery], in_store: dict[str, int
         valid = [t.first_search_valid for t in trajs if t.first_search_valid is not None]
         d["valid_search"] = sum(valid) / len(valid) if valid else None
         d["fallback_searches"] = r.fallback_searches
+        d["user_query_searches"] = r.user_query_searches
         d["fallback"] = r.fallback_searches > 0 if fallback_search else None
         if candidates is not None:
             d["candidates_searched"] = candidates[i]

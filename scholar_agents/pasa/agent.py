@@ -81,6 +81,11 @@ class AgentResult:
         """Searches of the user's query made by ``crawler.env.fallback_search`` (the Crawler wrote no valid one)."""
         return sum(t.fallback_searches for t in self.trajectories)
 
+    @property
+    def user_query_searches(self) -> int:
+        """Searches of the user's query made by ``crawler.env.search_user_query`` (beside the Crawler's own)."""
+        return sum(t.user_query_searches for t in self.trajectories)
+
     def crawl_note(self) -> Optional[str]:
         """The line the output shows when the crawl yielded no valid action, or fell back to searching the query
         (else None)."""

@@ -276,6 +276,8 @@ class Resources:
                 env_cfg.search_date_filter = spec.search_date_filter
             if getattr(spec, "fallback_search", None) is not None:  # eval pasa: the agent as `pasa search` runs it
                 env_cfg.fallback_search = spec.fallback_search
+            if getattr(spec, "search_user_query", None) is not None:
+                env_cfg.search_user_query = spec.search_user_query
         if not self._llms:  # the first agent decides where the engines go
             self.plan_devices(getattr(spec, "crawler_model", None), agent_cfg.use_selector)
         row_adapter = getattr(spec, "adapter", None)

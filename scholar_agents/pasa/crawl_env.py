@@ -84,6 +84,11 @@ class CrawlConfig:
     # query (QueryTrajectory.fallback_searches). false = the learned policy alone (PaSa; PPO, imitation data and
     # `eval pasa` rows that measure the policy); `pasa search` turns it on (conf/pasa_search.yaml).
     fallback_search: bool = False
+    # Ours (issue 29 item 4): the user's query is also searched as written in every S_q session, after the Crawler's
+    # own searches (skipped when the Crawler or the fallback already searched it verbatim): the agent's queue then
+    # holds what the search it wraps finds at k, so it is never below it at that depth. Counted per query
+    # (QueryTrajectory.user_query_searches), costs one action. false = PaSa (the learned policy alone).
+    search_user_query: bool = False
 
     def __post_init__(self) -> None:
         if self.prompt_style not in PROMPT_STYLES:
@@ -376,18 +381,26 @@ class CrawlEnv:
             state.traj.first_search_valid = _first_search_valid(parsed, rec.actions)
             if self.cfg.fallback_search and not any(a.kind == SEARCH and a.status == EXECUTED for a in rec.actions):
                 self._fallback(state, rec, search_jobs)
+            question = " ".join(state.query.question.split()).lower()
+            if self.cfg.search_user_query and not any(
+                    a.kind == SEARCH and a.status == EXECUTED and " ".join(a.argument.split()).lower() == question
+                    for a in rec.actions):
+                self._fallback(state, rec, search_jobs, wrapped=True)
         return rec
 
-    def _fallback(self, state: "QueryState", rec: SessionRecord, search_jobs: list) -> None:
-        """``fallback_search``: the user's query searched as written, recorded as an action of the session marked
-        ``fallback`` (no token span: the Crawler did not write it)."""
+    def _fallback(self, state: "QueryState", rec: SessionRecord, search_jobs: list, wrapped: bool = False) -> None:
+        """``fallback_search`` (or, ``wrapped``, ``search_user_query``): the user's query searched as written,
+        recorded as an action of the session marked ``fallback`` (no token span: the Crawler did not write it)."""
         if self.cfg.max_actions is not None and state.moves >= self.cfg.max_actions:
             return
         end = len(rec.response_text)
         ar = ActionRecord(SEARCH, state.query.question, end, end, fallback=True)
         rec.actions.append(ar)
         state.moves += 1
-        state.traj.fallback_searches += 1
+        if wrapped:
+            state.traj.user_query_searches += 1
+        else:
+            state.traj.fallback_searches += 1
         search_jobs.append((ar, state.query.question, self.search_before(state.before)))
 
     @staticmethod

@@ -125,6 +125,7 @@ class QueryTrajectory:
     # the S_q response's first action is a [Search] with a non-empty argument, executed (None: no S_q session ran)
     first_search_valid: Optional[bool] = None
     fallback_searches: int = 0  # searches of the user's query by crawler.env.fallback_search
+    user_query_searches: int = 0  # searches of the user's query by crawler.env.search_user_query
     sessions_skipped: int = 0  # queued papers given no S_q+p session (no sections to expand)
     gen_tokens: int = 0
     wall_time_s: float = 0.0

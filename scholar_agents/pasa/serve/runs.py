@@ -2,8 +2,8 @@
 
 - ``eval pasa``: ``per_query/<row>.jsonl`` (one line per query) and ``trajectories/<row>.jsonl``;
 - ``pasa search``: ``results.json`` and ``trajectories.jsonl`` (one row, ``search``);
-- ``train crawler_ppo``: ``eval_<tag>.jsonl`` (held-out crawls scored like ``eval pasa``'s agent rows; no
-  trajectories are kept by PPO's evaluation, so no trees).
+- ``train crawler_ppo``: ``eval_<tag>.jsonl`` (held-out crawls scored like ``eval pasa``'s agent rows) and
+  ``trajectories_eval_<tag>.jsonl`` (those crawls; a row is one evaluation, e.g. ``eval_start`` vs ``eval_end``).
 """
 
 from __future__ import annotations
@@ -99,10 +99,12 @@ def load_rows(d: Path) -> dict[str, list[dict]]:
 
 def trajectory_file(d: Path, row: str) -> Optional[Path]:
     kind = run_kind(d)
+    if kind in ("eval pasa", "ppo") and ("/" in row or "\\" in row or row.startswith(".")):
+        raise UsageError(f"row {row!r}: not a row name")
     if kind == "eval pasa":
-        if "/" in row or "\\" in row or row.startswith("."):
-            raise UsageError(f"row {row!r}: not a row name")
         p = d / "trajectories" / f"{row}.jsonl"
+    elif kind == "ppo":
+        p = d / f"trajectories_{row}.jsonl"
     elif kind == "pasa search":
         p = d / "trajectories.jsonl"
     else:

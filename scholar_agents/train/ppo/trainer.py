@@ -308,10 +308,11 @@ class PPOTrainer:
         self.bf16 = native_bf16 if p.bf16 is None else bool(p.bf16)
         self.step_callbacks: list[Callable[[int, dict], None]] = []
 
-        if cfg.crawler.env.get("fallback_search"):  # its searches are the environment's, not sampled actions
-            raise ValueError("crawler.env.fallback_search=true cannot be used for PPO: a fallback search is not an "
-                             "action of the policy (no tokens, no log-prob). Train with crawler.env.fallback_search="
-                             "false")
+        for switch in ("fallback_search", "search_user_query"):  # the environment's searches, not sampled actions
+            if cfg.crawler.env.get(switch):
+                raise ValueError(f"crawler.env.{switch}=true cannot be used for PPO: a search of the user's query by "
+                                 "the environment is not an action of the policy (no tokens, no log-prob). Train "
+                                 f"with crawler.env.{switch}=false")
         # ---- resume point
         self.resume_from = latest_checkpoint(self.ckpt_dir) if p.resume else None
         if not p.resume and latest_checkpoint(self.ckpt_dir) is not None:
@@ -907,12 +908,15 @@ class PPOTrainer:
         t0 = time.perf_counter()
         mine = split_even(self.eval_queries, self.world)[self.rank]
         rows: list[dict] = []
+        trajs: list[dict] = []
         if mine:
             env = CrawlEnv(self.res.store, self.search, self.env_cfg, tokenizer=self.engine.tokenizer)
             agent = PaSaAgent(env, self.engine.crawler(self.eval_policy), None, AgentConfig(use_selector=False))
             results = agent.run(mine, progress=False)
             rows = agent_rows(results, mine, gold_in_store(mine, self.res.store))
+            trajs = [t.to_dict() for r in results for t in r.trajectories]
         rows = gather_in_rank_order(rows)
+        trajs = gather_in_rank_order(trajs)
         out: dict = {}
         if self.accelerator.is_main_process:
             s = summarize({"crawler": rows})["crawler"]
@@ -920,6 +924,9 @@ class PPOTrainer:
                    "sessions": s.get("sessions"), "queue": s.get("n_queue"), "queries": s.get("queries"),
                    "seconds": round(time.perf_counter() - t0, 1)}
             (self.run_dir / f"eval_{tag}.jsonl").write_text("".join(json.dumps(r, default=str) + "\n" for r in rows))
+            # the crawls themselves, for `pasa serve`'s trees (issue 27): the same records as eval pasa's
+            (self.run_dir / f"trajectories_eval_{tag}.jsonl").write_text(
+                "".join(json.dumps(t, ensure_ascii=False, default=str) + "\n" for t in trajs))
             log.info("eval %s: crawler recall %.4f, actions %.2f on %d held-out queries (%d ranks)", tag,
                      out["crawler_recall"] or 0.0, out["crawler_actions"] or 0.0, len(self.eval_queries), self.world)
         collectives.barrier()
