@@ -426,7 +426,8 @@ def phrasing_table(summary: dict[str, dict], comps: Sequence[dict], labels: dict
 
 def phrasing_report(run_dirs: Sequence[Path], preface: str = "") -> str:
     """The per-form tables (:func:`phrasing_table`) of finished ``eval pasa`` runs, one block per run dir (e.g. one per
-    setting): what ``scripts/crawler_phrasings.sh`` ships beside the adapter for its card and the demo report."""
+    setting), each crawling row beside the search-only row of the run's own backend (the search the agent wraps):
+    what ``scripts/crawler_phrasings.sh`` ships beside the adapter for its card and the demo report."""
     parts = [preface] if preface else []
     for d in run_dirs:
         path = Path(d) / "summary.json"
@@ -434,7 +435,11 @@ def phrasing_report(run_dirs: Sequence[Path], preface: str = "") -> str:
             continue
         s = json.loads(path.read_text())
         n = max((v.get("queries", 0) for v in s["summary"].values()), default=0)
-        table = phrasing_table(s["summary"], s["comparisons"], {name: name for name in s["summary"]})
+        # against the search the agent wraps: the search-only row on the run's own backend (hybrid, bm25, ...)
+        backend = str(s["meta"].get("search", "")).split(" ")[0]
+        comps = [c for c in s["comparisons"] if c["search"].split(PHRASING_SEP)[0] == f"search_{backend}"] \
+            or s["comparisons"]
+        table = phrasing_table(s["summary"], comps, {name: name for name in s["summary"]})
         if table:
             parts += ["", f"**{Path(d).name}** ({s['meta'].get('search', '')}; {n} queries in the search rows):", "",
                       table]
