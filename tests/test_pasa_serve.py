@@ -277,3 +277,17 @@ def test_the_serving_path_a_vllm_served_crawler_and_selector(tmp_path, tmp_path_
         top = result["papers"][0]["paper_id"]
         why = client.get(f"/api/search/{r.json()['id']}/rationale", params={"paper_id": top})
         assert why.status_code == 200 and why.json()["rationale"], why.text
+
+
+def test_a_fresh_clone_has_no_outputs_yet_and_the_default_runs_root_is_made(tmp_path, monkeypatch):
+    """`scholar pasa serve` on a fresh clone: the default runs root (paths.output_root) is created, not refused;
+    a root the user names must exist."""
+    from scholar_agents.pasa.serve.command import check_serve_config
+
+    monkeypatch.chdir(tmp_path)
+    cfg = compose("pasa_serve", [])
+    assert not (tmp_path / str(cfg.paths.output_root)).exists() or Path(str(cfg.paths.output_root)).is_absolute()
+    check_serve_config(cfg, environ={})
+    assert Path(str(cfg.serve.runs_root)).is_dir()
+    with pytest.raises(UsageError, match="no such directory"):
+        check_serve_config(compose("pasa_serve", [f"serve.runs_root={tmp_path / 'nope'}"]), environ={})

@@ -48,7 +48,10 @@ def check_serve_config(cfg: DictConfig, environ=os.environ) -> Optional[str]:
         raise UsageError(f"serve.max_queue={s.max_queue}: searches waiting behind the running one, >= 0")
     if int(s.max_query_chars) < 1:
         raise UsageError(f"serve.max_query_chars={s.max_query_chars}: must be >= 1")
-    if not Path(str(s.runs_root)).is_dir():
+    root = Path(str(s.runs_root))
+    if not root.is_dir() and cfg.get("paths") is not None and root == Path(str(cfg.paths.output_root)):
+        root.mkdir(parents=True, exist_ok=True)  # the project's own output folder, not made yet on a fresh clone
+    if not root.is_dir():
         raise UsageError(f"serve.runs_root={s.runs_root}: no such directory (the Runs view opens runs under it)")
     if s.get("gold_queries"):
         existing_file(s.gold_queries, "serve.gold_queries")
