@@ -88,3 +88,23 @@ def test_report_env_line_follows_the_setting_the_rows_ran():
     both = _as_run(desc, ["date_filtered", "whole_corpus"])
     assert both["crawler env"]["search_date_filter"] is True and "<row>@whole_corpus rows" in both["date filter"]
     assert desc["crawler env"]["search_date_filter"] is True and desc["date filter"] == "before each query's date"
+
+
+def test_a_crawler_switch_added_later_with_its_default_does_not_block_a_resume(tmp_path):
+    """A run dir recorded before a crawler switch existed (e.g. crawler.env.search_user_query) resumes when the
+    switch keeps its default; set otherwise, it is a different row and is refused."""
+    import json
+
+    from scholar_agents.eval.pasa import _check_identity
+
+    new = {"method": "agent", "crawler.env": {"search_k": 10, "search_user_query": False},
+           "crawler.policy": {"max_new_tokens": 96}}
+    path = tmp_path / "agent.row.json"
+    path.write_text(json.dumps({"method": "agent", "crawler.env": {"search_k": 10},
+                                "crawler.policy": {"max_new_tokens": 96}}))
+    _check_identity(path, new, True)  # the old run had the default behaviour
+    changed = {**new, "crawler.env": {"search_k": 10, "search_user_query": True}}
+    with pytest.raises(ValueError, match="crawler.env differ"):
+        _check_identity(path, changed, True)
+    with pytest.raises(ValueError, match="crawler.env differ"):
+        _check_identity(path, {**new, "crawler.env": {"search_k": 20, "search_user_query": False}}, True)

@@ -565,10 +565,29 @@ def row_identity(spec: RowSpec, cfg: DictConfig, search_kind: Optional[str] = No
     return json.loads(json.dumps(ident, default=str))
 
 
+def _with_new_defaults(old: dict[str, Any], identity: dict[str, Any]) -> dict[str, Any]:
+    """``old`` with the crawler switches added since it was recorded filled in, where the current value is the
+    switch's default (the behaviour the old run had): a new field with its default does not block a resume."""
+    from scholar_agents.pasa.crawl_env import CrawlConfig
+    from scholar_agents.pasa.crawler import CrawlerConfig
+
+    old = dict(old)
+    for key, schema in (("crawler.env", CrawlConfig), ("crawler.policy", CrawlerConfig)):
+        if not isinstance(old.get(key), dict) or not isinstance(identity.get(key), dict):
+            continue
+        defaults = {f.name: f.default for f in dataclasses.fields(schema)}
+        section = dict(old[key])
+        for name, value in identity[key].items():
+            if name not in section and name in defaults and defaults[name] == value:
+                section[name] = value
+        old[key] = section
+    return old
+
+
 def _check_identity(path: Path, identity: dict[str, Any], has_results: bool) -> None:
     """Refuse to resume a row whose recorded identity differs (naming the keys); record it on first use."""
     if path.is_file():
-        old = json.loads(path.read_text(encoding="utf-8"))
+        old = _with_new_defaults(json.loads(path.read_text(encoding="utf-8")), identity)
         diff = sorted(k for k in set(old) | set(identity) if old.get(k) != identity.get(k))
         if diff:
             row = path.name.removesuffix(".row.json")

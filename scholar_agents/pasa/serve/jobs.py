@@ -21,7 +21,7 @@ FINISHED = (DONE, FAILED, CANCELLED)
 
 
 class QueueFull(Exception):
-    pass
+    """A search was refused: ``serve.max_queue`` searches already wait behind the running one."""
 
 
 class Cancelled(Exception):
