@@ -15,6 +15,12 @@
 # into a plain checkpoint in the model cache; issue 17), its 70 training qids kept out of both query pools. Export
 # the result with `scholar train export export.source=$OUT/main` and evaluate it beside the SFT policy with
 # scripts/agent_vs_search.sh AGENT_ROWS="{name: agent_ppo, method: agent, crawler_model: <export dir>, ...}".
+# Issue 26 item 4 (real data, long enough to tell): CRAWLER=default trains on the adapter's own training queries
+# (its heldout_qids.txt kept out) and evaluates on the 100 it never saw; SETTING=whole_corpus searches all papers
+# (crawler.env.search_date_filter=false; expansion stays date-filtered), SEARCH= the backend, SEARCH_K= papers per
+# [Search], QUERIES_PER_STEP= queries drawn per step from the pool, EVAL_EVERY= the held-out figure every N steps:
+#   CRAWLER=default SETTING=whole_corpus STEPS=30 TRAIN_QUERIES=240 QUERIES_PER_STEP=4 EVAL_QUERIES=40 EVAL_EVERY=10 \
+#     SEARCH_K=20 PARTS="main heldout" OUT=outputs/ppo_real bash scripts/ppo_learning.sh
 # Re-running resumes: each PPO run continues from the newest checkpoint in its run dir; a finished sweep (its report
 # exists) is not run again.
 set -euo pipefail
@@ -27,30 +33,45 @@ SWEEP_STEPS=${SWEEP_STEPS:-2}
 SWEEP_QUERIES_PER_STEP=${SWEEP_QUERIES_PER_STEP:-4}
 TRAIN_QUERIES=${TRAIN_QUERIES:-8}
 EVAL_QUERIES=${EVAL_QUERIES:-20}
+QUERIES_PER_STEP=${QUERIES_PER_STEP:-$TRAIN_QUERIES}   # default: the whole pool every step
+EVAL_EVERY=${EVAL_EVERY:-0}
+SETTING=${SETTING:-date_filtered}
+SEARCH=${SEARCH:-bm25}
+SEARCH_K=${SEARCH_K:-10}
 PPO_EXTRA=${PPO_EXTRA:-}
-PARTS=${PARTS:-"main sweep bench"}   # run a subset, e.g. PARTS=sweep (the parts are independent once main has a policy)
+PARTS=${PARTS:-"main sweep bench"}   # run a subset, e.g. PARTS=sweep (the parts are independent once main has a policy);
+                                     # PARTS="main heldout": a long run and its held-out before/after
 DEV=../shared/data/queries/autoscholarquery_dev.jsonl
 PY=${PY:-python}
 if [ "$CRAWLER" = default ]; then
   ADAPTER=scholar_agents/assets/crawler_adapter
   POLICY=$("$PY" -c "import sys; from scholar_agents.llm.adapters import merged_checkpoint; \
 from scholar_agents.llm.embedded import smollm2_path; print(merged_checkpoint(str(smollm2_path()), sys.argv[1]))" "$ADAPTER" | tail -n 1)  # last line: libraries log to stdout
-  EXCLUDE=$ADAPTER/train_qids.txt
+  # PPO trains on the adapter's own training queries (SFT data, no leak) and is judged on the ones it never saw
+  EXCLUDE_TRAIN=$ADAPTER/heldout_qids.txt
+  EXCLUDE_EVAL=$ADAPTER/train_qids.txt
 else
   POLICY=$CRAWLER/final
-  EXCLUDE=$CRAWLER/split/train_qids.txt
+  EXCLUDE_TRAIN=$CRAWLER/split/train_qids.txt
+  EXCLUDE_EVAL=$CRAWLER/split/train_qids.txt
 fi
-echo "[ppo_learning.sh] policy: $POLICY (training qids kept out: $EXCLUDE)" >&2
+case "$SETTING" in
+  date_filtered) DATE_FILTER=true ;;
+  whole_corpus) DATE_FILTER=false ;;
+  *) echo "SETTING must be date_filtered or whole_corpus, got $SETTING" >&2; exit 2 ;;
+esac
+echo "[ppo_learning.sh] policy: $POLICY (kept out of training: $EXCLUDE_TRAIN; of evaluation: $EXCLUDE_EVAL)" >&2
 export WANDB_MODE=${WANDB_MODE:-offline} TOKENIZERS_PARALLELISM=false
 mkdir -p "$OUT"
 
-COMMON=(papers=shared_corpus search=bm25 ppo=cpu_smollm2 ppo.policy_model="$POLICY"
+COMMON=(papers=shared_corpus search="$SEARCH" ppo=cpu_smollm2 ppo.policy_model="$POLICY"
   selector_llm.model="$SELECTOR_MODEL"
   queries.train.path=$DEV queries.train.offset=300 queries.train.limit="$TRAIN_QUERIES"
-  queries.train.exclude_qids_file="$EXCLUDE"
+  queries.train.exclude_qids_file="$EXCLUDE_TRAIN"
   queries.eval.path=$DEV queries.eval.offset=0 queries.eval.limit="$EVAL_QUERIES"
-  queries.eval.exclude_qids_file="$EXCLUDE"
-  crawler.env.max_actions=5 crawler.env.max_sessions=4)
+  queries.eval.exclude_qids_file="$EXCLUDE_EVAL"
+  crawler.env.max_actions=5 crawler.env.max_sessions=4 crawler.env.search_date_filter="$DATE_FILTER"
+  crawler.env.search_k="$SEARCH_K")
 
 # 1. the training run
 if [[ " $PARTS " == *" main "* || " $PARTS " == *" sweep "* ]] && [ ! -f "$POLICY/config.json" ]; then
@@ -59,8 +80,8 @@ if [[ " $PARTS " == *" main "* || " $PARTS " == *" sweep "* ]] && [ ! -f "$POLIC
 fi
 if [[ " $PARTS " == *" main "* ]]; then
   # shellcheck disable=SC2086
-  scholar train crawler_ppo "${COMMON[@]}" ppo.queries_per_step="$TRAIN_QUERIES" ppo.total_steps="$STEPS" \
-    hydra.run.dir="$OUT/main" $PPO_EXTRA
+  scholar train crawler_ppo "${COMMON[@]}" ppo.queries_per_step="$QUERIES_PER_STEP" ppo.total_steps="$STEPS" \
+    ppo.eval_every="$EVAL_EVERY" hydra.run.dir="$OUT/main" $PPO_EXTRA
 fi
 
 # 2. Table 6: one run per alpha (the policy trains from step 1 here: a short run)
@@ -75,7 +96,28 @@ if [[ " $PARTS " == *" sweep "* ]] && [ ! -f "$OUT/alpha_sweep_report/sweep_repo
     hydra.run.dir="$OUT/alpha_sweep_report"
 fi
 
-# 3. where a step's time goes
+# 3. held-out before/after (PARTS=heldout): the PPO policy exported, then `eval pasa` on the queries kept out of
+#    training ($EXCLUDE_EVAL; all of them, not the $EVAL_QUERIES of the in-training figure) in $SETTING with the
+#    start policy and the PPO policy as agent rows (grammar, fallback search, no Selector: crawler recall), beside
+#    search-only; the report's crawler pairs give PPO − start paired, with bootstrap intervals. HELDOUT_SEARCH= the
+#    search (default $SEARCH, e.g. auto = hybrid where a dense index exists).
+if [[ " $PARTS " == *" heldout "* ]]; then
+  HELDOUT_SEARCH=${HELDOUT_SEARCH:-$SEARCH}
+  [ -f "$OUT/export/config.json" ] || scholar train export export.source="$OUT/main" export.output_dir="$OUT/export"
+  if [ "$CRAWLER" = default ]; then
+    START="{name: agent_start, method: agent, fallback_search: true, use_selector: false, label: 'Start: the shipped adapter'}"
+  else
+    START="{name: agent_start, method: agent, crawler_model: '$POLICY', constrained: true, fallback_search: true, use_selector: false, label: 'Start: crawler SFT'}"
+  fi
+  PPO_ROW="{name: agent_ppo, method: agent, crawler_model: '$OUT/export', constrained: true, fallback_search: true, use_selector: false, label: 'After PPO'}"
+  mkdir -p "$OUT/heldout_$HELDOUT_SEARCH"
+  scholar eval pasa papers=shared_corpus queries.path=$DEV queries.exclude_qids_file="$EXCLUDE_EVAL" \
+    search="$HELDOUT_SEARCH" setting="$SETTING" crawler.env.max_actions=5 crawler.env.max_sessions=4 \
+    crawler.env.search_k="$SEARCH_K" chunk_queries=10 resume_dir="$OUT/heldout_$HELDOUT_SEARCH" \
+    "rows=[{name: search_only, method: search, label: 'Search-only ($HELDOUT_SEARCH)'},$START,$PPO_ROW]"
+fi
+
+# 4. where a step's time goes
 if [[ " $PARTS " == *" bench "* ]]; then
   python bench/ppo.py --from-metrics "$OUT/main/metrics.jsonl" --json "$OUT/main/time_split.json"
 fi

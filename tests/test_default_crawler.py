@@ -63,6 +63,16 @@ def test_the_cpu_preset_switch_names_the_shipped_adapter_and_null_is_the_base():
     assert compose("train_crawler_ppo", []).crawler.policy.adapter is None
 
 
+def test_the_agent_searches_one_page_of_20_and_training_keeps_the_presets_10():
+    # issue 29 item 4: the agent's one results page competes with search-only's recall@20 (docs/pasa.md)
+    for root in ("pasa_search", "pasa_serve", "eval_pasa"):
+        assert compose(root, []).crawler.env.search_k == 20, root
+        assert compose(root, ["crawler.env.search_k=10"]).crawler.env.search_k == 10, root
+    # the verified teacher's data and PPO's environment stay at the presets' value (the shipped adapter's recipe)
+    for root in ("train_crawler_ppo", "data_gen_crawler_sessions"):
+        assert compose(root, []).crawler.env.search_k == 10, root
+
+
 def test_a_peft_adapter_changes_the_hf_models_logits_and_is_merged(tmp_path, tiny_model_dir, torch_one_thread):
     from scholar_agents.llm import build_llm
     from scholar_agents.llm.config import LLMConfig

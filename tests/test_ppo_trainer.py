@@ -108,7 +108,7 @@ def test_one_update_decreases_the_clipped_surrogate_on_its_batch(tiny_model_dir,
 
 def test_exact_resume_after_a_preemption_signal(tiny_model_dir, ppo_papers, tmp_path):
     """4 steps straight == 2 steps, SIGUSR1 (checkpoint + exit 75), restart with resume, 2 more steps."""
-    straight = make_trainer(tiny_model_dir, ppo_papers, tmp_path / "straight", eval_at_end="true")
+    straight = make_trainer(tiny_model_dir, ppo_papers, tmp_path / "straight", eval_at_end="true", eval_every="2")
     try:
         summary = straight.train()
         final_straight = snapshot(straight.model)
@@ -116,8 +116,11 @@ def test_exact_resume_after_a_preemption_signal(tiny_model_dir, ppo_papers, tmp_
         straight.close()
     assert summary["eval"]["queries"] == 2 and "crawler_recall" in summary["eval"]
     assert json.loads((tmp_path / "straight" / "metrics.json").read_text())["train"]["steps"] == 4
+    # ppo.eval_every=2: the held-out figure at step 2 too (not at the last step: eval_end is that one)
+    assert [e["step"] for e in summary["eval_curve"]] == [2]
+    assert (tmp_path / "straight" / "trajectories_eval_step000002.jsonl").is_file()
 
-    first = make_trainer(tiny_model_dir, ppo_papers, tmp_path / "split", eval_at_end="true")
+    first = make_trainer(tiny_model_dir, ppo_papers, tmp_path / "split", eval_at_end="true", eval_every="2")
     first.step_callbacks.append(lambda step, m: os.kill(os.getpid(), signal.SIGUSR1) if step == 2 else None)
     with pytest.raises(SystemExit) as e:
         first.train()
@@ -130,7 +133,7 @@ def test_exact_resume_after_a_preemption_signal(tiny_model_dir, ppo_papers, tmp_
         assert (ckpts / "step_000002" / name).is_file(), name
     assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # the handler was uninstalled
 
-    second = make_trainer(tiny_model_dir, ppo_papers, tmp_path / "split", eval_at_end="true")
+    second = make_trainer(tiny_model_dir, ppo_papers, tmp_path / "split", eval_at_end="true", eval_every="2")
     try:
         assert second.start_step == 2
         second.train()

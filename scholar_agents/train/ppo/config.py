@@ -128,6 +128,10 @@ class PPOConfig:
     keep_last: int = 2
     eval_at_start: bool = True  # crawler recall of the starting policy on the held-out queries
     eval_at_end: bool = True
+    # Ours (issue 26 item 4): also every N steps (0 = never), logged with that step as eval/crawler_recall and
+    # eval/crawler_actions, the crawls as trajectories_eval_stepNNNNNN.jsonl: whether a long run's held-out figure
+    # moves or plateaus, not only where it ends
+    eval_every: int = 0
     plot_smoothing: float = 0.6
     # A known-answer crawl task's task.json (`scholar data_gen crawl_tasks`): log its task/* metrics (optimal-action
     # rate, recall, actions per query, Selector-class share) every step. null = a real corpus, none known.

@@ -971,6 +971,9 @@ class PPOTrainer:
                        disable=not self.accelerator.is_main_process, initial=self.start_step, total=p.total_steps)
             for step in bar:
                 metrics = self.train_step(step)
+                if p.eval_every > 0 and (step + 1) % p.eval_every == 0 and step + 1 < p.total_steps:
+                    ev = self.evaluate(f"step{step + 1:06d}")
+                    metrics.update({f"eval/{k}": v for k, v in ev.items() if k in ("crawler_recall", "crawler_actions")})
                 self.logger.log(step + 1, metrics)
                 # a step whose prompts were all rejected has no losses: show what there is
                 bar.set_postfix(ret=f"{metrics.get('rollout/session_return', float('nan')):.3f}",
@@ -1004,6 +1007,10 @@ class PPOTrainer:
         summary = {
             "eval": self.history.get("eval_end", {}),
             "eval_start": self.history.get("eval_start", {}),
+            # ppo.eval_every: the held-out figure along the run (start and end above)
+            "eval_curve": [{"step": r["step"], "crawler_recall": r["eval/crawler_recall"],
+                            "crawler_actions": r.get("eval/crawler_actions")}
+                           for r in rows if r.get("eval/crawler_recall") is not None],
             "train": {
                 "steps": len(rows),
                 "session_return_first": returns[0] if returns else None,
