@@ -10,16 +10,17 @@
 #    (not used by crawler SFT) before and after (eval_start / eval_end in metrics.json);
 # 2. PaSa Table 6's sweep ppo.alpha=0.5,1.0,1.5,2.0 (Hydra multirun), $SWEEP_STEPS steps of $SWEEP_QUERIES_PER_STEP
 #    queries each (same pool), + `sweep report`;
-# 3. bench/ppo.py's time split of the training run's steps.
+# 3. (PARTS=heldout) the PPO policy exported and judged beside its start on all held-out queries, paired;
+# 4. bench/ppo.py's time split of the training run's steps.
 # CRAWLER=default: PPO from the embedded default Crawler (SmolLM2 + the shipped verified-teacher adapter, merged once
-# into a plain checkpoint in the model cache; issue 17), its 70 training qids kept out of both query pools. Export
+# into a plain checkpoint in the model cache; issue 17): PPO trains on the adapter's own training queries and is
+# judged on its heldout_qids.txt (below). Export
 # the result with `scholar train export export.source=$OUT/main` and evaluate it beside the SFT policy with
 # scripts/agent_vs_search.sh AGENT_ROWS="{name: agent_ppo, method: agent, crawler_model: <export dir>, ...}".
-# Issue 26 item 4 (real data, long enough to tell): CRAWLER=default trains on the adapter's own training queries
-# (its heldout_qids.txt kept out) and evaluates on the 100 it never saw; SETTING=whole_corpus searches all papers
+# Issue 26 item 4 (real data, long enough to tell; docs/ppo.md): SETTING=whole_corpus searches all papers
 # (crawler.env.search_date_filter=false; expansion stays date-filtered), SEARCH= the backend, SEARCH_K= papers per
 # [Search], QUERIES_PER_STEP= queries drawn per step from the pool, EVAL_EVERY= the held-out figure every N steps:
-#   CRAWLER=default SETTING=whole_corpus STEPS=30 TRAIN_QUERIES=240 QUERIES_PER_STEP=4 EVAL_QUERIES=40 EVAL_EVERY=10 \
+#   CRAWLER=default SETTING=whole_corpus STEPS=32 TRAIN_QUERIES=240 QUERIES_PER_STEP=4 EVAL_QUERIES=40 EVAL_EVERY=10 \
 #     SEARCH_K=20 PARTS="main heldout" OUT=outputs/ppo_real bash scripts/ppo_learning.sh
 # Re-running resumes: each PPO run continues from the newest checkpoint in its run dir; a finished sweep (its report
 # exists) is not run again.
