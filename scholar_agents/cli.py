@@ -105,6 +105,10 @@ def main(argv: list[str] | None = None) -> None:
     task = getattr(importlib.import_module(module_name), func_name)
     prog = f"scholar {group} {command}"
     run_task(one_line_usage_errors(task, prog), config_name, rest, prog=prog)
+    if "torch.distributed" in sys.modules:  # a training job under torchrun / srun started a process group
+        from scholar_agents.train.collectives import close_before_exit
+
+        close_before_exit()
 
 
 if __name__ == "__main__":

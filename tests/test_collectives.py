@@ -165,8 +165,9 @@ def _worker(store_dir: str, out: str) -> None:
         "eval_rows": gather_in_rank_order([{"q": q} for q in split_even(queries, world)[rank]]),
         "describe": collectives.describe(3.0),
     }
-    collectives.barrier()
-    dist.destroy_process_group()
+    collectives.close_before_exit()  # what `scholar` does after a job: both ranks meet, then the group goes
+    res["gloo"]["closed"] = not dist.is_initialized()
+    collectives.close_before_exit()  # and again is a no-op (a job that destroyed its own group, e.g. slurm probe)
     Path(out).write_text(json.dumps(res))
 
 
@@ -201,6 +202,7 @@ def test_two_processes_nccl_like_group_then_gloo(tmp_path):
         # evaluate(): each rank crawls its consecutive share; the gathered rows are the queries in their order
         assert [x["q"] for x in g["eval_rows"]] == ["q0", "q1", "q2", "q3", "q4"]
         assert g["describe"] == "backend gloo, world 2, timeout 3 min, collectives on cpu"
+        assert g["closed"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
