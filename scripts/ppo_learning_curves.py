@@ -7,7 +7,9 @@ recall), session return, KL to π_sft, the value's explained variance, entropy; 
 `curves.json` (the per-seed curves, seeds, wall time).
 
     python scripts/ppo_learning_curves.py --out outputs/ppo_learning_curves                    # tiny random Qwen2
-    nice -n 10 python scripts/ppo_learning_curves.py --base embedded:smollm2 --seeds 0,1 --out outputs/ppo_curves_smollm2
+    python scripts/ppo_learning_curves.py --base embedded:smollm2 --sft-steps 30 --tasks two_hops --seeds 0 \
+        --out outputs/ppo_curves_smollm2 lr=3e-5 queries_per_step=8 "expand_sessions=[8,16]" policy_freeze_steps=5 \
+        total_steps=15                                                            # SmolLM2 (docs/ppo.md), ~56 min
 
 Trailing key=value pairs are ppo.* overrides for every run (e.g. total_steps=4 for a smoke run).
 """
@@ -85,6 +87,7 @@ def main() -> None:
     ap.add_argument("--sft-lr", type=float, default=None,
                     help="learning rate of the start policy's and the Selector's SFT (default: 3e-3 on the tiny "
                          "random model, 1e-4 on a --base: a pretrained model at 3e-3 forgets its language)")
+    ap.add_argument("--sft-steps", type=int, default=150, help="the start policy's SFT steps (batch 8)")
     ap.add_argument("--out", default="outputs/ppo_learning_curves")
     args = ap.parse_intermixed_args()
 
@@ -96,11 +99,11 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     sft_lr = args.sft_lr if args.sft_lr is not None else (1e-4 if args.base else 3e-3)
-    kt = harness.KnownTasks(out / "base", base=args.base, sft_lr=sft_lr)
+    kt = harness.KnownTasks(out / "base", base=args.base, sft_lr=sft_lr, sft_steps=args.sft_steps)
     extra = dict(o.split("=", 1) for o in args.overrides)
     seeds = [int(s) for s in args.seeds.split(",")]
     summary = {"base": args.base or "tiny random Qwen2 (tests/fixtures/llm.py)", "seeds": seeds, "overrides": extra,
-               "sft_lr": sft_lr, "tasks": {}}
+               "sft_lr": sft_lr, "sft_steps": args.sft_steps, "tasks": {}}
     t_all = time.time()
     for task in args.tasks.split(","):
         if task == "selector":
@@ -113,8 +116,8 @@ def main() -> None:
         png = plot(task, curves, out)
         summary["tasks"][task] = {"png": str(png), "seconds": round(time.time() - t0), "curves": curves}
         print(json.dumps({"task": task, "png": str(png), "seconds": summary["tasks"][task]["seconds"]}), flush=True)
-    summary["seconds"] = round(time.time() - t_all)
-    (out / "curves.json").write_text(json.dumps(summary))
+        summary["seconds"] = round(time.time() - t_all)
+        (out / "curves.json").write_text(json.dumps(summary))  # after each task: a long run's finished tasks stay
 
 
 if __name__ == "__main__":

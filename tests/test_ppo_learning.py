@@ -54,12 +54,12 @@ def known_tasks(tmp_path_factory):
 
 
 class KnownTasks:
-    def __init__(self, root: Path, base: str | None = None, sft_lr: float = 3e-3):
+    def __init__(self, root: Path, base: str | None = None, sft_lr: float = 3e-3, sft_steps: int = 150):
         """``base``: the model the start policy and the Selector are fine-tuned from (default: the tiny random Qwen2;
-        scripts/ppo_learning_curves.py --base embedded:smollm2). ``sft_lr``: their SFT's learning rate (3e-3 for the
-        tiny random model; a pretrained base wants far less)."""
+        scripts/ppo_learning_curves.py --base embedded:smollm2). ``sft_lr`` / ``sft_steps``: the start policy's SFT
+        (3e-3 and 150 steps teach the tiny random model the grammar; a pretrained base wants a far smaller rate)."""
         self.root, self.dirs, self.policies, self.selectors = root, {}, {}, {}
-        self.sft_lr = sft_lr
+        self.sft_lr, self.sft_steps = sft_lr, sft_steps
         from tests.fixtures.llm import make_tiny_qwen2
 
         self.tiny = base or make_tiny_qwen2(root / "tiny")
@@ -81,8 +81,8 @@ class KnownTasks:
                 "crawl_task.sft_samples_per_state=8", *TASK_SIZES[task], f"out_dir={d}", f"paths.output_root={self.root}"]))
             summary = crawler_sft(compose("train_crawler_sft", [
                 f"sft.model={self.tiny}", f"sft.train_file={d / 'uniform_sft.jsonl'}", f"sft.output_dir={d / 'sft'}",
-                "sft.max_steps=150", f"sft.learning_rate={self.sft_lr}", "sft.lr_scheduler_type=constant",
-                "sft.per_device_train_batch_size=8", "sft.warmup_ratio=0", "sft.save_steps=150", "sft.logging_steps=50",
+                f"sft.max_steps={self.sft_steps}", f"sft.learning_rate={self.sft_lr}", "sft.lr_scheduler_type=constant",
+                "sft.per_device_train_batch_size=8", "sft.warmup_ratio=0", f"sft.save_steps={self.sft_steps}", "sft.logging_steps=10",
                 "sft.max_length=512", "sft.bf16=false", "logging.wandb.enabled=false", f"paths.output_dir={d / 'sft_run'}"]))
             self.policies[task] = summary["final_dir"]
         return {"root": self.root, "dir": self.dirs[task], "policy": self.policies[task], "tiny": self.tiny,
