@@ -210,8 +210,6 @@ def close_before_exit() -> None:
     Left to the interpreter's teardown, the group's worker threads can be destroyed while still joinable and abort a
     rank that finished its work ("terminate called without an active exception", SIGABRT; seen in CI at the end of
     a ZeRO-2 `train selector_sft` under torchrun), and NCCL warns that ``destroy_process_group()`` was not called."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return
     if is_distributed():
         barrier()
-    dist.destroy_process_group()
+    shutdown()
