@@ -1,9 +1,9 @@
 """Learning curves of session-level PPO on the known-answer crawl tasks, each beside its ablation (issue 26 item 3):
-one_hop; two_hops with γ1 = 0.5 beside γ1 = 0 (Eq. 3's cross-session bootstrap); selector with α = 3 beside
-α = 0.05 (Eq. 2, the Selector as reward). Every run is the learning tests' own `train crawler_ppo`
+one_hop; two_hops with γ1 = 0.5 beside γ1 = 0 (Eq. 3's cross-session bootstrap); cost with c = 0.1 beside c = 0
+(Eq. 1's action cost); selector with α = 3 beside α = 0.05 (Eq. 2, the Selector as reward). Every run is the learning tests' own `train crawler_ppo`
 (tests/test_ppo_learning.py: its harness, recipes and thresholds) from `--base` after `train crawler_sft` on the
 task's uniform sessions. Writes one PNG per task — optimal-action rate, crawler recall (or the Selector class's
-recall), session return, KL to π_sft, the value's explained variance, entropy; mean over seeds, per step — and
+recall, or actions per query on cost), session return, KL to π_sft, the value's explained variance, entropy; mean over seeds, per step — and
 `curves.json` (the per-seed curves, seeds, wall time).
 
     python scripts/ppo_learning_curves.py --out outputs/ppo_learning_curves                    # tiny random Qwen2
@@ -36,6 +36,8 @@ def settings(harness) -> dict[str, list[tuple[str, dict]]]:
     return {
         "one_hop": [("paper_mc", {}), ("gae", {"estimator": "gae"})],
         "two_hops": [("γ1 = 0.5", {"gamma1": 0.5, **two}), ("γ1 = 0 (no bootstrap)", {"gamma1": 0.0, **two})],
+        # the test's 15 steps; without Eq. 1's cost an [Expand] that finds nothing is free, so nothing teaches [Stop]
+        "cost": [("c = 0.1", {"total_steps": 15}), ("c = 0 (no action cost)", {"total_steps": 15, "cost_expand": 0.0})],
         "selector": [("α = 3", {"alpha": 3.0, "use_selector": "true", "beta": 1.0, **two}),
                      ("α = 0.05", {"alpha": 0.05, "use_selector": "true", "beta": 1.0, **two})],
     }
@@ -47,8 +49,9 @@ def plot(task: str, curves: dict[str, list[list[dict]]], out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [(("task/selector_recall", "Selector-class recall") if task == "selector" and k == "task/recall"
-               else (k, t)) for k, t in PANELS]
+    swap = {"selector": ("task/selector_recall", "Selector-class recall"),
+            "cost": ("task/actions_per_query", "actions per query ([Search] + [Expand]; optimum 2)")}
+    panels = [(swap[task] if task in swap and k == "task/recall" else (k, t)) for k, t in PANELS]
     fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
     for ax, (key, title) in zip(axes.flat, panels):
         for label, runs in curves.items():
@@ -81,7 +84,7 @@ def plot(task: str, curves: dict[str, list[list[dict]]], out: Path) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("overrides", nargs="*", help="ppo.<key>=<value> without the ppo. prefix, for every run")
-    ap.add_argument("--tasks", default="one_hop,two_hops,selector")
+    ap.add_argument("--tasks", default="one_hop,two_hops,cost,selector")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--base", default=None, help="the start policy's base model (default: the tests' tiny Qwen2)")
     ap.add_argument("--sft-lr", type=float, default=None,

@@ -264,3 +264,19 @@ def test_the_learning_curves_script_plots_each_task_beside_its_ablation(tmp_path
     assert summary["seeds"] == [0] and summary["seconds"] >= 0
     assert sorted(curves) == ["γ1 = 0 (no bootstrap)", "γ1 = 0.5"]
     assert all(len(runs) == 1 and len(runs[0]) == 2 and "task/recall" in runs[0][0] for runs in curves.values())
+
+
+def test_the_learning_curves_script_has_a_run_and_its_ablation_for_every_task():
+    """Every known-answer task the tests learn has curves in scripts/ppo_learning_curves.py, its ablation second:
+    cost's switches Eq. 1's c off for [Expand], selector's lowers α, two_hops' drops γ1."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ppo_learning_curves", REPO / "scripts" / "ppo_learning_curves.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    runs = script.settings(sys.modules[__name__])
+    assert sorted(runs) == sorted(TASK_SIZES)
+    assert all(len(pair) == 2 for pair in runs.values())
+    assert runs["cost"][1][1]["cost_expand"] == 0.0 and "cost_expand" not in runs["cost"][0][1]
+    assert runs["two_hops"][1][1]["gamma1"] == 0.0 < runs["two_hops"][0][1]["gamma1"]
+    assert runs["selector"][1][1]["alpha"] < runs["selector"][0][1]["alpha"]
