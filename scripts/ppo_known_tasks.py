@@ -62,9 +62,10 @@ def train_selector(kt, task: str) -> Path:
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = info["root"] / f"{task}_selector_sft"
     summary = selector_sft(compose("train_selector_sft", [
-        f"sft.model={kt.tiny}", f"sft.train_file={data}", f"sft.output_dir={out}", "sft.max_steps=100",
-        f"sft.learning_rate={kt.sft_lr}", "sft.lr_scheduler_type=constant", "sft.per_device_train_batch_size=8",
-        "sft.warmup_ratio=0", "sft.save_steps=100", "sft.logging_steps=25", "sft.max_length=512", "sft.bf16=false",
+        f"sft.model={kt.tiny}", f"sft.train_file={data}", f"sft.output_dir={out}",
+        f"sft.max_steps={kt.selector_steps}", f"sft.save_steps={kt.selector_steps}", f"sft.learning_rate={kt.sft_lr}",
+        "sft.lr_scheduler_type=constant", "sft.per_device_train_batch_size=8", "sft.warmup_ratio=0",
+        "sft.logging_steps=25", "sft.max_length=512", "sft.bf16=false",
         "logging.wandb.enabled=false", f"paths.output_dir={info['root'] / 'selector_sft_run'}"]))
     final = Path(summary["final_dir"])
     accept_rates(final, spec, papers)

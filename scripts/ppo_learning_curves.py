@@ -91,6 +91,7 @@ def main() -> None:
                     help="learning rate of the start policy's and the Selector's SFT (default: 3e-3 on the tiny "
                          "random model, 1e-4 on a --base: a pretrained model at 3e-3 forgets its language)")
     ap.add_argument("--sft-steps", type=int, default=150, help="the start policy's SFT steps (batch 8)")
+    ap.add_argument("--selector-steps", type=int, default=100, help="the selector task's Selector SFT steps (batch 8)")
     ap.add_argument("--out", default="outputs/ppo_learning_curves")
     args = ap.parse_intermixed_args()
 
@@ -102,11 +103,13 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     sft_lr = args.sft_lr if args.sft_lr is not None else (1e-4 if args.base else 3e-3)
-    kt = harness.KnownTasks(out / "base", base=args.base, sft_lr=sft_lr, sft_steps=args.sft_steps)
+    kt = harness.KnownTasks(out / "base", base=args.base, sft_lr=sft_lr, sft_steps=args.sft_steps,
+                            selector_steps=args.selector_steps)
     extra = dict(o.split("=", 1) for o in args.overrides)
     seeds = [int(s) for s in args.seeds.split(",")]
     summary = {"base": args.base or "tiny random Qwen2 (tests/fixtures/llm.py)", "seeds": seeds, "overrides": extra,
-               "sft_lr": sft_lr, "sft_steps": args.sft_steps, "tasks": {}}
+               "sft_lr": sft_lr, "sft_steps": args.sft_steps,
+               "selector_steps": args.selector_steps, "tasks": {}}
     t_all = time.time()
     for task in args.tasks.split(","):
         if task == "selector":

@@ -54,13 +54,14 @@ def known_tasks(tmp_path_factory):
 
 
 class KnownTasks:
-    def __init__(self, root: Path, base: str | None = None, sft_lr: float = 3e-3, sft_steps: int = 150):
+    def __init__(self, root: Path, base: str | None = None, sft_lr: float = 3e-3, sft_steps: int = 150,
+                 selector_steps: int = 100):
         """``base``: the model the start policy and the Selector are fine-tuned from (default: the tiny random Qwen2;
         scripts/ppo_learning_curves.py --base embedded:smollm2). ``sft_lr``: the learning rate of the start policy's
         and the Selector's SFT, ``sft_steps``: the start policy's steps (3e-3 and 150 teach the tiny random model the
-        grammar; a pretrained base wants a far smaller rate)."""
+        grammar; a pretrained base wants a far smaller rate), ``selector_steps``: the Selector's SFT steps."""
         self.root, self.dirs, self.policies, self.selectors = root, {}, {}, {}
-        self.sft_lr, self.sft_steps = sft_lr, sft_steps
+        self.sft_lr, self.sft_steps, self.selector_steps = sft_lr, sft_steps, selector_steps
         from tests.fixtures.llm import make_tiny_qwen2
 
         self.tiny = base or make_tiny_qwen2(root / "tiny")
