@@ -202,8 +202,8 @@ def _ppo_note(out: Path) -> str:
         return (f"**PPO stage: value warm-up only.** The policy was frozen for all {steps} steps "
                 f"(ppo.policy_freeze_steps={freeze}, PaSa §5.1's first phase): the value model learned the session "
                 f"returns ({ret}) and the policy after PPO is the SFT policy. Policy steps have not shown a held-out "
-                "gain on real data: 32 steps from the shipped Crawler left its held-out crawler recall where it was, "
-                "with the embedded Selector's reward (which accepts every paper, so Eq. 2 pays for any paper and PPO "
+                "gain on real data: 32 steps from the shipped Crawler left its held-out crawler recall where it was "
+                "(BM25 and hybrid search), with the embedded Selector's reward (which accepts every paper, so Eq. 2 pays for any paper and PPO "
                 "learns to search more) and without it (docs/ppo.md, \"Real data, long enough to tell\"), so the "
                 "demo does not take them; `stage_specs.ppo` takes policy steps when ppo.policy_freeze_steps < "
                 "ppo.total_steps. Training curves: ppo/training_curves.png.")
