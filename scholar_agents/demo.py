@@ -203,10 +203,10 @@ def _ppo_note(out: Path) -> str:
                 f"(ppo.policy_freeze_steps={freeze}, PaSa §5.1's first phase): the value model learned the session "
                 f"returns ({ret}) and the policy after PPO is the SFT policy. Policy steps have not shown a held-out "
                 "gain on real data: 32 steps from the shipped Crawler left its held-out crawler recall where it was "
-                "(BM25 and hybrid search), with the embedded Selector's reward (which accepts every paper, so Eq. 2 pays for any paper and PPO "
-                "learns to search more) and without it (docs/ppo.md, \"Real data, long enough to tell\"), so the "
-                "demo does not take them; `stage_specs.ppo` takes policy steps when ppo.policy_freeze_steps < "
-                "ppo.total_steps. Training curves: ppo/training_curves.png.")
+                "(BM25 and hybrid search), with the embedded Selector's reward (which accepts every paper, so Eq. 2 "
+                "pays for any paper and PPO learns to search more) and without it (docs/ppo.md, \"Real data, long "
+                "enough to tell\"), so the demo does not take them; `stage_specs.ppo` takes policy steps when "
+                "ppo.policy_freeze_steps < ppo.total_steps. Training curves: ppo/training_curves.png.")
     return (f"PPO stage: {steps - freeze} policy update steps after {freeze} value warm-up steps ({ret}). "
             "Training curves: ppo/training_curves.png.")
 

@@ -1,10 +1,11 @@
 """Learning curves of session-level PPO on the known-answer crawl tasks, each beside its ablation (issue 26 item 3):
 one_hop; two_hops with γ1 = 0.5 beside γ1 = 0 (Eq. 3's cross-session bootstrap); cost with c = 0.1 beside c = 0
-(Eq. 1's action cost); selector with α = 3 beside α = 0.05 (Eq. 2, the Selector as reward). Every run is the learning tests' own `train crawler_ppo`
-(tests/test_ppo_learning.py: its harness, recipes and thresholds) from `--base` after `train crawler_sft` on the
-task's uniform sessions. Writes one PNG per task — optimal-action rate, crawler recall (or the Selector class's
-recall, or actions per query on cost), session return, KL to π_sft, the value's explained variance, entropy; mean over seeds, per step — and
-`curves.json` (the per-seed curves, seeds, wall time).
+(Eq. 1's action cost); selector with α = 3 beside α = 0.05 (Eq. 2, the Selector as reward). Every run is the
+learning tests' own `train crawler_ppo` (tests/test_ppo_learning.py: its harness, recipes and thresholds) from
+`--base` after `train crawler_sft` on the task's uniform sessions. Writes one PNG per task — optimal-action rate,
+crawler recall (the Selector class's recall on selector, actions per query on cost), session return, KL to π_sft,
+the value's explained variance, entropy; mean over seeds, per step — and `curves.json` (the per-seed curves, seeds,
+wall time).
 
     python scripts/ppo_learning_curves.py --out outputs/ppo_learning_curves                    # tiny random Qwen2
     python scripts/ppo_learning_curves.py --base embedded:smollm2 --sft-steps 30 --tasks two_hops --seeds 0 \
@@ -37,7 +38,8 @@ def settings(harness) -> dict[str, list[tuple[str, dict]]]:
         "one_hop": [("paper_mc", {}), ("gae", {"estimator": "gae"})],
         "two_hops": [("γ1 = 0.5", {"gamma1": 0.5, **two}), ("γ1 = 0 (no bootstrap)", {"gamma1": 0.0, **two})],
         # the test's 15 steps; without Eq. 1's cost an [Expand] that finds nothing is free, so nothing teaches [Stop]
-        "cost": [("c = 0.1", {"total_steps": 15}), ("c = 0 (no action cost)", {"total_steps": 15, "cost_expand": 0.0})],
+        "cost": [("c = 0.1", {"total_steps": 15}),
+                 ("c = 0 (no action cost)", {"total_steps": 15, "cost_expand": 0.0})],
         "selector": [("α = 3", {"alpha": 3.0, "use_selector": "true", "beta": 1.0, **two}),
                      ("α = 0.05", {"alpha": 0.05, "use_selector": "true", "beta": 1.0, **two})],
     }
@@ -108,8 +110,7 @@ def main() -> None:
     extra = dict(o.split("=", 1) for o in args.overrides)
     seeds = [int(s) for s in args.seeds.split(",")]
     summary = {"base": args.base or "tiny random Qwen2 (tests/fixtures/llm.py)", "seeds": seeds, "overrides": extra,
-               "sft_lr": sft_lr, "sft_steps": args.sft_steps,
-               "selector_steps": args.selector_steps, "tasks": {}}
+               "sft_lr": sft_lr, "sft_steps": args.sft_steps, "selector_steps": args.selector_steps, "tasks": {}}
     t_all = time.time()
     for task in args.tasks.split(","):
         if task == "selector":
