@@ -20,7 +20,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("scipip", "build_db"): ("scholar_agents.scipip.commands:build_db", "scipip_build_db", "SciPIP literature DB: LLM summaries, keywords, concise methods, embeddings, co-citations (resumable)"),
     ("scipip", "retrieve"): ("scholar_agents.scipip.commands:retrieve", "scipip_retrieve", "SciPIP SKC retrieval (semantics + keywords + co-citation, clustering) with stage sizes"),
     ("scipip", "ideas"): ("scholar_agents.scipip.commands:ideas", "scipip_ideas", "SciPIP dual-path idea generation (brainstorm + retrieval, integration, expansion)"),
-    ("eval", "ideas"): ("scholar_agents.scipip.commands:eval_ideas", "scipip_eval_ideas", "LLM-judge idea ratings (% >= 4 per metric) and pairwise win rates"),
+    ("eval", "ideas"): ("scholar_agents.eval.ideas:eval_ideas", "scipip_eval_ideas", "LLM-judge idea ratings (% >= 4 per metric) and pairwise win rates"),
     ("thought", "run"): ("scholar_agents.thought.commands:run", "thought_run", "Thought-Retriever over a query file: batch / served mode, sharded answer + ordered merge"),
     ("thought", "calibrate"): ("scholar_agents.thought.calibrate:calibrate", "thought_calibrate", "cosine quantiles of the configured embedder on a corpus, to carry thresholds (ε 0.85, SciPIP's τ 0.8) to it"),
     ("data_gen", "autoscholarquery"): ("scholar_agents.data_gen.autoscholarquery:autoscholarquery", "data_gen_autoscholarquery", "AutoScholarQuery from related-work sections (PaSa Table 16): PaSa JSONL splits + stats (resumable)"),
@@ -29,7 +29,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("data_gen", "crawl_tasks"): ("scholar_agents.data_gen.crawl_tasks:crawl_tasks", "data_gen_crawl_tasks", "Known-answer crawl tasks for PPO learning tests (one_hop / two_hops / cost / selector): corpus, queries, uniform SFT sessions"),
     ("data_gen", "academiceval"): ("scholar_agents.data_gen.academiceval:build", "data_gen_academiceval", "AcademicEval Abstract-single / Abstract-multi / Related-multi from full-text papers and related-work sets"),
     ("eval", "academiceval"): ("scholar_agents.eval.academiceval:evaluate", "eval_academiceval", "Thought-Retriever vs baselines on AcademicEval: ROUGE-L, judge win rate, root-source P/R, analyses"),
-    ("slurm", "probe"): ("scholar_agents.train.slurm_probe:probe", "slurm_probe", "tiny resumable training job that checks a Slurm allocation: launch, rendezvous, preemption, resume"),
+    ("slurm", "probe"): ("scholar_agents.runtime.slurm_probe:probe", "slurm_probe", "tiny resumable training job that checks a Slurm allocation: launch, rendezvous, preemption, resume"),
     ("sweep", "report"): ("scholar_agents.eval.sweep_report:sweep_report", "sweep_report", "gather a multirun's metrics JSON into one Markdown table + PNG plot (PaSa Table 6 style)"),
     ("pasa", "search"): ("scholar_agents.pasa.commands:search", "pasa_search", "PaSa end to end: crawl (search + citation expansion), Selector ranking; JSON + table, ensembles"),
     ("pasa", "serve"): ("scholar_agents.pasa.serve.command:serve", "pasa_serve", "the PaSa agent in a local web page: live search (streamed crawl, ranked list), crawl trees, run comparison"),
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     prog = f"scholar {group} {command}"
     run_task(one_line_usage_errors(task, prog), config_name, rest, prog=prog)
     if "torch.distributed" in sys.modules:  # a training job under torchrun / srun started a process group
-        from scholar_agents.train.collectives import close_before_exit
+        from scholar_agents.runtime.collectives import close_before_exit
 
         close_before_exit()
 

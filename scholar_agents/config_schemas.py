@@ -13,13 +13,13 @@ from scholar_agents.pasa.crawler import CrawlerPreset
 from scholar_agents.papers.corpus import PapersConfig
 from scholar_agents.papers.index import SearchConfig
 from scholar_agents.papers.live.fulltext import ExpandConfig
-from scholar_agents.plan.cluster import ClusterConfig
+from scholar_agents.runtime.cluster import ClusterConfig
 from scholar_agents.pasa.selector import SelectorConfig
 from scholar_agents.pasa.serve.config import ServeConfig
 from scholar_agents.scipip.config import SciPIPConfig
 from scholar_agents.thought.config import ThoughtConfig
 from scholar_agents.train.sft import SFTRecipeConfig
-from scholar_agents.train.slurm_probe import SlurmProbeConfig
+from scholar_agents.runtime.slurm_probe import SlurmProbeConfig
 from scholar_agents.train.ppo.config import PPOConfig
 
 # (group, name, dataclass)

@@ -24,7 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from scholar_agents.hydra_app import output_dir
+from scholar_agents.runtime.run_dir import run_dir
 
 log = logging.getLogger(__name__)
 DONE = ".done"
@@ -215,9 +215,7 @@ def _shipped_crawler_section(asset_dir: Path | None = None) -> list[str]:
     """The shipped default Crawler against the search it wraps on held-out dev queries, in every request form
     (issue 29 item 4): the tables `scripts/crawler_phrasings.sh` wrote beside the adapter (the shared corpus is
     not bundled, so the demo quotes them rather than re-running them)."""
-    from scholar_agents.hydra_app import PACKAGE_DIR
-
-    path = (asset_dir or PACKAGE_DIR / "assets" / "crawler_adapter") / "evaluation.md"
+    path = (asset_dir or Path(__file__).resolve().parent / "assets" / "crawler_adapter") / "evaluation.md"
     if not path.is_file():
         return []
     return ["", "## The shipped default Crawler vs search-only, held-out queries in researchers' phrasings", "",
@@ -303,7 +301,7 @@ def _write_report(out: Path, cfg: DictConfig, stages: dict[str, Any], search: di
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
-    out = output_dir(cfg)
+    out = run_dir(cfg)
     resume = Path(str(cfg.resume_dir)) if cfg.get("resume_dir") else None
     if resume is not None:
         out = resume.resolve()

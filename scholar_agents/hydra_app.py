@@ -88,7 +88,7 @@ def task_environment(cfg: DictConfig):
     variables (``preemption.export_torch_distributed_env``: Slurm task, torchrun, or a world of one) and the
     wandb mode. Restored afterwards, so in-process callers (tests, notebooks) do not leak RANK / WANDB_MODE into
     later work (a Slurm job submitted later inherits the environment)."""
-    from scholar_agents.train.preemption import TORCH_DIST_VARS, export_torch_distributed_env
+    from scholar_agents.runtime.preemption import TORCH_DIST_VARS, export_torch_distributed_env
 
     keys = (*TORCH_DIST_VARS, "WANDB_MODE")
     saved = {k: os.environ.get(k) for k in keys}
@@ -119,6 +119,7 @@ def run_task(task: Callable[[DictConfig], object], config_name: str, argv: list[
     def _main(cfg: DictConfig) -> object:
         # Runs where the task runs: this process, or a submitit launcher's job (one srun task per rank).
         _register_resolvers()  # (a submitit job is a fresh process that only unpickled this function)
+        set_run_dir(cfg)
         with task_environment(cfg):
             result["value"] = task(cfg)
         return result["value"]
@@ -147,16 +148,13 @@ def compose(config_name: str, overrides: list[str] | None = None) -> DictConfig:
         return hydra_compose(config_name=config_name, overrides=overrides or [], return_hydra_config=False)
 
 
-def output_dir(cfg: DictConfig | None = None) -> Path:
-    """This run's directory (Hydra's run dir when running under Hydra, else ``outputs/adhoc``)."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
+def set_run_dir(cfg: DictConfig) -> None:
+    """Put Hydra's run directory into ``cfg.paths.output_dir``: the one place a task learns where it runs
+    (``scholar_agents.runtime.run_dir.run_dir(cfg)`` reads it). A value given on the command line wins."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
 
-        return Path(HydraConfig.get().runtime.output_dir)
-    except Exception:  # not under a Hydra run (tests calling a task directly)
-        if cfg is not None and "paths" in cfg and cfg.paths.get("output_dir"):
-            d = Path(str(cfg.paths.output_dir))
-        else:
-            d = Path("outputs") / "adhoc"
-        d.mkdir(parents=True, exist_ok=True)
-        return d
+    if "paths" not in cfg or cfg.paths.get("output_dir"):
+        return
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(HydraConfig.get().runtime.output_dir)

@@ -190,7 +190,7 @@ def sft_data(model: Path, work: Path, target: int, rows: int) -> tuple[Path, int
 
 def plan_for(command: str, overrides: list[str]) -> dict:
     from scholar_agents.hydra_app import compose
-    from scholar_agents.plan.cluster import to_cluster_config
+    from scholar_agents.runtime.cluster import to_cluster_config
     from scholar_agents.plan.commands import inputs_from_config, sft_inputs_from_config, verdict
     from scholar_agents.plan.memory_plan import build_plan
     from scholar_agents.plan.sft_plan import build_sft_plan

@@ -4,7 +4,7 @@
 # Runs the Slurm probe, train crawler_ppo and train selector_sft (full, LoRA) under torchrun --nproc_per_node 1 and
 # writes OUT_DIR/gpu_check.json + gpu_check.md: per size and phase, peak CUDA memory beside `scholar plan`'s estimate.
 # GPU_CHECK_PROFILE=auto (default: gpu where CUDA is, else cpu) | gpu (refused without CUDA) | cpu (gloo, tiny models:
-# the CI twin, tests/test_gpu_check.py). PYTHON=... picks the interpreter (default: python3).
+# the CI twin, tests/scripts/test_gpu_check.py). PYTHON=... picks the interpreter (default: python3).
 # Where .gpu_pack/site-packages.tar.xz exists (`make gpu-pack`: the packages a bare GPU image lacks), it is unpacked
 # into a temporary folder whose site-packages goes first on PYTHONPATH, before anything else.
 set -euo pipefail

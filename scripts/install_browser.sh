@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian's chromium + chromium-driver for the tests marked `browser` (tests/test_pasa_serve_browser.py: a real
+# Debian's chromium + chromium-driver for the tests marked `browser` (tests/pasa/serve/test_browser.py: a real
 # headless browser on `scholar pasa serve`), apt-installed as slurm/local_cluster.sh installs the Slurm packages.
 # Idempotent; needs root when a package is missing. Selenium drives the system browser: nothing is downloaded.
 set -euo pipefail

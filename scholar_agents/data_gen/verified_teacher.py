@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from scholar_agents.eval.pasa_metrics import norm_id
+from scholar_agents.papers.ids import norm_id
 from scholar_agents.pasa.actions import MISCASED_ACTION_RE
 
 USER_QUERY, KEY_PHRASE, GOLD_TITLE, GOLD_TITLE_PHRASE, LLM, TOPIC = (

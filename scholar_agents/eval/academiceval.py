@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from scholar_agents import hydra_app
+from scholar_agents.runtime.run_dir import run_dir
 from scholar_agents.data_gen.academiceval import Case, load_cases
 from scholar_agents.eval.rouge import rouge_l_f1
 from scholar_agents.eval.winrate import PairOutcome, bootstrap_ci, judge_pairs, soft_scores, summarize
@@ -400,7 +400,7 @@ def evaluate(cfg: DictConfig) -> dict:
     if not cfg.datasets:
         raise ValueError("eval academiceval needs datasets=[{name, path, task?, limit?}] "
                          "(data_gen academiceval builds them)")
-    out = hydra_app.output_dir(cfg)
+    out = run_dir(cfg)
     tcfg = thought_config(cfg.thought)
     embedder = build_embedder(cfg.embedder)
     llm = build_llm(cfg.llm)

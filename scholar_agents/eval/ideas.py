@@ -372,3 +372,32 @@ def table_markdown(result: dict[str, Any], judge_name: str, threshold: int = 4) 
     if result.get("pairwise_parse_failures"):
         lines += ["", "Unparseable pairwise judgments: " + ", ".join(f"{k}: {v}" for k, v in result["pairwise_parse_failures"].items())]
     return "\n".join(lines)
+
+
+def eval_ideas(cfg) -> dict:
+    """``scholar eval ideas``: LLM-judge ratings (Table 1), % >= 4 (Table 2) and pairwise win rates for an ideas.json."""
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from scholar_agents.llm import build_llm
+    from scholar_agents.runtime.run_dir import run_dir
+
+    judge_cfg: IdeaJudgeConfig = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(IdeaJudgeConfig), OmegaConf.to_container(cfg.scipip.judge, resolve=True)))  # type: ignore[assignment]
+    path = Path(str(cfg.ideas_path))
+    if not path.is_file():
+        from scholar_agents.validation import UsageError
+
+        raise UsageError(f"ideas_path={str(path)!r}: no such file; run `scholar scipip ideas` first")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    out = run_dir(cfg)
+    llm = build_llm(cfg.llm)
+    try:
+        result = evaluate_ideas(data["runs"], IdeaJudge(llm, judge_cfg), judge_cfg)
+    finally:
+        llm.close()
+    judge_name = str(cfg.llm.model)
+    result.update(judge=judge_name, ideas_path=str(path), generator=data.get("llm"))
+    (out / "idea_eval.json").write_text(json.dumps(result, indent=2, ensure_ascii=False), encoding="utf-8")
+    (out / "idea_eval.md").write_text(f"# Idea evaluation ({path})\n\n" + table_markdown(result, judge_name, judge_cfg.good_threshold) + "\n", encoding="utf-8")
+    return {"table": result["table"], "pairwise": result.get("pairwise", [])}

@@ -40,9 +40,10 @@ from tqdm.auto import tqdm
 
 from scholar_agents.eval.bootstrap import BootstrapConfig, mean_ci, paired_diff
 from scholar_agents.eval.pasa_metrics import (
-    METRIC_COLUMNS, QueryMetrics, agent_metrics, gold_count, gold_ranks, mean_metrics, norm_id, ranking_metrics,
+    METRIC_COLUMNS, QueryMetrics, agent_metrics, gold_count, gold_ranks, mean_metrics, ranking_metrics,
     recall, recall_at_depth,
 )
+from scholar_agents.papers.ids import norm_id
 from scholar_agents.pasa.queries import ScholarQuery
 from scholar_agents.pasa.trajectory import write_trajectories
 
@@ -650,7 +651,7 @@ def run_rows(specs: Sequence[RowSpec], queries: Sequence[ScholarQuery], out: Pat
 
 def pasa(cfg: DictConfig) -> dict:
     """The ``eval pasa`` task."""
-    from scholar_agents.hydra_app import output_dir
+    from scholar_agents.runtime.run_dir import run_dir
     from scholar_agents.pasa.commands import Resources, load_queries
     from scholar_agents.eval.pasa_plots import metrics_bars, recall_vs_actions
 
@@ -661,7 +662,7 @@ def pasa(cfg: DictConfig) -> dict:
     check_queries_group(cfg.queries)
     positive_ints(cfg.ks, "ks")
     positive_int(cfg.chunk_queries, "chunk_queries", "queries per chunk")
-    out = existing_dir(cfg.resume_dir, "resume_dir") if cfg.get("resume_dir") else output_dir(cfg)
+    out = existing_dir(cfg.resume_dir, "resume_dir") if cfg.get("resume_dir") else run_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
     with reading("queries.path", cfg.queries.path):
         queries = load_queries(cfg.queries)

@@ -11,16 +11,12 @@ Gold ids are compared after dropping arXiv version suffixes (``2101.00001v2`` ==
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass
 from typing import Iterable, Optional, Sequence
 
-_VERSION = re.compile(r"v\d+$")
+from scholar_agents.papers.ids import norm_id
+
 RECALL_KS = (20, 50, 100)
-
-
-def norm_id(pid: str) -> str:
-    return _VERSION.sub("", str(pid).strip())
 
 
 def _gold(gold: Iterable[str]) -> set[str]:

@@ -175,7 +175,7 @@ def selector(cfg: DictConfig) -> dict:
     """Score every labelled pair with one forward pass each, then write ``metrics.json``, ``report.md``,
     ``reliability.png`` and ``scores.jsonl`` to the run directory."""
     from scholar_agents.eval.plots import reliability_diagram
-    from scholar_agents.hydra_app import output_dir
+    from scholar_agents.runtime.run_dir import run_dir
     from scholar_agents.llm import build_llm
 
     from scholar_agents.validation import existing_file, one_of, optional_positive_int, positive_int, reading
@@ -184,7 +184,7 @@ def selector(cfg: DictConfig) -> dict:
     one_of(cfg.data.format, "data.format", FORMATS)
     limit = optional_positive_int(cfg.data.get("limit"), "data.limit", "the first N pairs; null = all")
     positive_int(cfg.n_bins, "n_bins", "reliability-diagram bins")
-    out = output_dir(cfg)
+    out = run_dir(cfg)
     with reading("data.path", path):
         pairs = load_labelled_pairs(path, cfg.data.format, limit)
     labels = np.array([p.label for p in pairs], dtype=bool)

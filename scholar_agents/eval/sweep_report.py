@@ -23,7 +23,7 @@ from typing import Any, Optional, Sequence
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from scholar_agents import hydra_app
+from scholar_agents.runtime.run_dir import run_dir
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +255,7 @@ def build_report(sweep_dir: str | Path, out_dir: Path, metrics_files: Sequence[s
 def sweep_report(cfg: DictConfig) -> dict:
     r = cfg.report
     summary = build_report(
-        sweep_dir=cfg.sweep_dir, out_dir=hydra_app.output_dir(cfg),
+        sweep_dir=cfg.sweep_dir, out_dir=run_dir(cfg),
         metrics_files=list(r.metrics_files), metrics=list(r.metrics) if r.metrics else None,
         labels=OmegaConf.to_container(r.labels) if r.labels else None, max_metrics=int(r.max_metrics),
         plot_metrics=int(r.plot_metrics), title=r.title)

@@ -15,7 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from scholar_agents.hydra_app import output_dir
+from scholar_agents.runtime.run_dir import run_dir
 from scholar_agents.papers.corpus import build_store, to_papers_config
 from scholar_agents.papers.index import load_or_build_search, to_search_config
 from scholar_agents.papers.loaders import LOADERS
@@ -64,7 +64,7 @@ def build(cfg: DictConfig) -> dict[str, Any]:
                 backend = load_or_build_search(scfg, store, _embedder_for(cfg, scfg.kind, scfg.hybrid_components),
                                                pcfg.index_dir, progress=True)
             report["index"] = {"dir": pcfg.index_dir, "kind": scfg.kind, **backend.build_info}
-    out = output_dir(cfg) / "build_report.json"
+    out = run_dir(cfg) / "build_report.json"
     out.write_text(json.dumps(report, indent=1))
     s = report["store"]
     print(f"paper store {s['store']}: {s['papers']} papers ({s['with_abstract']} with abstract, "
@@ -153,7 +153,7 @@ def search(cfg: DictConfig) -> dict[str, Any]:
         if not hits:
             print(f"      (no hits{': no indexed paper published before ' + date + ' matches' if date else ''})")
         records.append({**{f: v for f, v in q.items() if f != "line"}, "before": date, "hits": rows})
-    out = output_dir(cfg) / "search_results.json"
+    out = run_dir(cfg) / "search_results.json"
     out.write_text(json.dumps({"papers": pcfg.name, "search": OmegaConf.to_container(cfg.search, resolve=True),
                                "k": k, "results": records}, indent=1, ensure_ascii=False))
     print(f"\nresults: {out}")

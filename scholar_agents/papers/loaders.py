@@ -24,6 +24,7 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any, Callable, Container, Iterator, Sequence
 
+from scholar_agents.papers.ids import norm_id
 from scholar_agents.papers.paper import Paper, Reference, Section
 from scholar_agents.papers.titles import clean_cited_title, parse_cited_title
 
@@ -38,7 +39,8 @@ _ARXIV_IN_TEXT = re.compile(r"(?:arXiv:\s*|arxiv\.org/(?:abs|pdf)/|abs/)(\d{4}\.
 
 
 def strip_version(arxiv_id: str) -> str:
-    return re.sub(r"v\d+$", "", arxiv_id.strip())
+    """The loaders' name for :func:`scholar_agents.papers.ids.norm_id` (ids read from files)."""
+    return norm_id(arxiv_id)
 
 
 def date_from_arxiv_id(arxiv_id: str) -> str:

@@ -388,7 +388,7 @@ def _structured(cls, node):
 def search(cfg: DictConfig) -> dict:
     """``scholar pasa search query="..." [before=YYYY-MM-DD]`` or ``queries.path=<PaSa JSONL>``: crawl, select,
     rank; writes ``results.json``, ``results.md`` and ``trajectories.jsonl`` and prints the tables."""
-    from scholar_agents.hydra_app import output_dir
+    from scholar_agents.runtime.run_dir import run_dir
     from scholar_agents.pasa.agent import results_table
     from scholar_agents.pasa.trajectory import write_trajectories
 
@@ -406,7 +406,7 @@ def search(cfg: DictConfig) -> dict:
     res = Resources(cfg)
     agent = res.agent()
     results = agent.run(queries)
-    out = output_dir(cfg)
+    out = run_dir(cfg)
     setting = res.describe()
     (out / "setting.json").write_text(json.dumps(setting, indent=1, default=str))
     # what the agent ran with (issue 17: the search backend its Crawler's data were verified on, the adapter)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from scholar_agents.plan.cluster import ClusterConfig, to_cluster_config
+from scholar_agents.runtime.cluster import ClusterConfig, to_cluster_config
 from scholar_agents.plan.memory_plan import DTYPE_BYTES, Plan, PlanInputs, build_plan, suggest_fixes
 from scholar_agents.plan.model_sizes import shown_config_path
 from scholar_agents.plan.sft_plan import SFTInputs, build_sft_plan, suggest_sft_fixes

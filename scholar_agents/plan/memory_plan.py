@@ -22,7 +22,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
-from scholar_agents.plan.cluster import ClusterConfig
+from scholar_agents.runtime.cluster import ClusterConfig
 from scholar_agents.plan.model_sizes import ModelShape
 
 GIB = 2**30
@@ -179,7 +179,7 @@ def layer_activation_bytes(shape: ModelShape, batch: int, seq: int, attn_impleme
     output 2sbh; SwiGLU MLP = input 2sbh + gate, SiLU(gate), up, product 4 × 2sbI; two RMSNorms, each saving its
     fp32 input and its 16-bit output (4 + 2)sbh -> s·b·(20h + 4h_kv + 8I). Attention scores: flash/SDPA kernels
     keep only the fp32 log-sum-exp (4·b·a·s); eager attention keeps the fp32 softmax and its 16-bit copy (6·b·a·s²,
-    Korthikanti's 5as/h term) and K, V repeated to all heads (4sb(h − h_kv)). tests/test_plan.py checks this
+    Korthikanti's 5as/h term) and K, V repeated to all heads (4sb(h − h_kv)). tests/plan/test_plan.py checks this
     against the tensors autograd saves for a tiny Qwen2 on CPU (within 1%)."""
     h, kv, inter, a = shape.hidden, shape.kv_heads * shape.head_dim, shape.intermediate, shape.heads
     per = seq * batch * (20 * h + 4 * kv + 8 * inter)

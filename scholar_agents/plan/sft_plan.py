@@ -8,7 +8,7 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 
-from scholar_agents.plan.cluster import ClusterConfig
+from scholar_agents.runtime.cluster import ClusterConfig
 from scholar_agents.plan.memory_plan import (Plan, Row, _gib, _state_split, backbone_activation_bytes,
                                              lora_and_offload_rows, training_fix_steps, zero_model_states)
 from scholar_agents.plan.model_sizes import ModelShape, shown_config_path

@@ -1,4 +1,5 @@
-"""``scholar scipip build_db | retrieve | ideas`` and ``scholar eval ideas``: the SciPIP task functions."""
+"""``scholar scipip build_db | retrieve | ideas``: the SciPIP task functions (``scholar eval ideas`` is in
+:mod:`scholar_agents.eval.ideas`, beside the judge it runs)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from scholar_agents.hydra_app import output_dir
-from scholar_agents.scipip.config import IdeaJudgeConfig, SciPIPConfig
+from scholar_agents.runtime.run_dir import run_dir
+from scholar_agents.scipip.config import SciPIPConfig
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ def build_db(cfg: DictConfig) -> dict:
 
     sc = scipip_config(cfg)
     _check_inputs(sc)
-    out = output_dir(cfg)
+    out = run_dir(cfg)
     store = PaperStore(sc.store_path, readonly=True)
     llm = build_llm(cfg.llm)
     embedder = build_embedder(cfg.embedder)
@@ -85,7 +86,7 @@ def retrieve(cfg: DictConfig) -> dict:
 
     sc = scipip_config(cfg)
     _check_inputs(sc, backgrounds=True)
-    out = output_dir(cfg)
+    out = run_dir(cfg)
     backgrounds = load_backgrounds(sc.backgrounds_path, sc.num_backgrounds, sc.background_offset)
     embedder = build_embedder(cfg.embedder)
     db, index = _load_index(sc, embedder)
@@ -138,7 +139,7 @@ def ideas(cfg: DictConfig) -> dict:
 
     sc = scipip_config(cfg)
     _check_inputs(sc, backgrounds=True)
-    out = output_dir(cfg)
+    out = run_dir(cfg)
     backgrounds = load_backgrounds(sc.backgrounds_path, sc.num_backgrounds, sc.background_offset)
     embedder = build_embedder(cfg.embedder)
     db, index = _load_index(sc, embedder)
@@ -162,28 +163,3 @@ def ideas(cfg: DictConfig) -> dict:
                "retrieval_stages": [r.retrieval.get("stages", {}) for r in runs]}
     _write(out, "summary.json", summary)
     return summary
-
-
-def eval_ideas(cfg: DictConfig) -> dict:
-    """LLM-judge ratings (Table 1), % >= 4 (Table 2) and pairwise win rates for an ideas.json."""
-    from scholar_agents.eval.ideas import IdeaJudge, evaluate_ideas, table_markdown
-    from scholar_agents.llm import build_llm
-
-    judge_cfg: IdeaJudgeConfig = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(IdeaJudgeConfig), OmegaConf.to_container(cfg.scipip.judge, resolve=True)))  # type: ignore[assignment]
-    path = Path(str(cfg.ideas_path))
-    if not path.is_file():
-        from scholar_agents.validation import UsageError
-
-        raise UsageError(f"ideas_path={str(path)!r}: no such file; run `scholar scipip ideas` first")
-    data = json.loads(path.read_text(encoding="utf-8"))
-    out = output_dir(cfg)
-    llm = build_llm(cfg.llm)
-    try:
-        result = evaluate_ideas(data["runs"], IdeaJudge(llm, judge_cfg), judge_cfg)
-    finally:
-        llm.close()
-    judge_name = str(cfg.llm.model)
-    result.update(judge=judge_name, ideas_path=str(path), generator=data.get("llm"))
-    _write(out, "idea_eval.json", result)
-    _write(out, "idea_eval.md", f"# Idea evaluation ({path})\n\n" + table_markdown(result, judge_name, judge_cfg.good_threshold) + "\n")
-    return {"table": result["table"], "pairwise": result.get("pairwise", [])}

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from scholar_agents import hydra_app
+from scholar_agents.runtime.run_dir import run_dir
 from scholar_agents.thought.chunking import chunk_text
 from scholar_agents.validation import UsageError, existing_file, optional_positive_int, positive_int, reading
 
@@ -114,7 +114,7 @@ def calibrate(cfg: DictConfig) -> dict:
     report = {"embedder": str(cfg.embedder.model), "knowledge": [str(f) for f in files], "documents": len(docs),
               "chunks": len(chunks), "chunk_size": tcfg.chunk_size, "pairs": n_pairs, "seed": int(cfg.seed),
               **stats, "config": OmegaConf.to_container(cfg.embedder, resolve=True)}
-    out = hydra_app.output_dir(cfg)
+    out = run_dir(cfg)
     (out / "calibration.json").write_text(json.dumps(report, indent=2) + "\n")
     text = (f"Cosine similarity of `{report['embedder']}` on {len(chunks)} chunks of {tcfg.chunk_size} tokens "
             f"({len(docs)} documents):\n\n{table(stats)}\n")

@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from scholar_agents.llm.base import LLM
 from scholar_agents.llm.cache import copy_cache_file, merge_caches
 
-from scholar_agents import hydra_app
+from scholar_agents.runtime.run_dir import run_dir
 from scholar_agents.thought.algorithm import Query, StepResult, ThoughtRetriever
 from scholar_agents.thought.config import thought_config
 from scholar_agents.thought.ingest import Document, add_documents
@@ -140,7 +140,7 @@ def run(cfg: DictConfig) -> dict:
     from scholar_agents.llm import build_llm
     from scholar_agents.llm.embedder import build_embedder
 
-    out_dir = hydra_app.output_dir(cfg)
+    out_dir = run_dir(cfg)
     tr_cfg = thought_config(cfg.thought)
     phase = cfg.phase
     if phase not in {"all", "ingest", "answer", "merge"}:

@@ -13,7 +13,7 @@ import logging
 
 from omegaconf import DictConfig
 
-from scholar_agents.hydra_app import output_dir
+from scholar_agents.runtime.run_dir import run_dir
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ def crawler_ppo(cfg: DictConfig) -> dict:
     check_colocated_tensor_parallel(str(cfg.llm.backend), int(cfg.llm.get("tensor_parallel_size") or 1),
                                     int(os.environ.get("WORLD_SIZE", "1")))
     startup_check(cfg)
-    trainer = PPOTrainer(cfg, output_dir(cfg))
+    trainer = PPOTrainer(cfg, run_dir(cfg))
     try:
         summary = trainer.train()
     finally:

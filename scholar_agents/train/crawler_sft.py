@@ -20,7 +20,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from scholar_agents.hydra_app import output_dir
+from scholar_agents.runtime.run_dir import run_dir
 from scholar_agents.train.sft import run_sft
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def crawler_sft(cfg: DictConfig) -> dict:
         log.info("held out %d of %d queries (%d of %d sessions): %s", split["heldout_queries"], split["queries"],
                  split["heldout_sessions"], split["sessions"], split["eval_file"])
         cfg.sft.train_file, cfg.sft.eval_file = split["train_file"], split["eval_file"]
-    summary = run_sft(cfg.sft, logging_cfg=cfg.get("logging"), report_dir=output_dir(cfg),
+    summary = run_sft(cfg.sft, logging_cfg=cfg.get("logging"), report_dir=run_dir(cfg),
                       dist_timeout_minutes=(cfg.get("cluster") or {}).get("dist_timeout_minutes"))
     if split is not None:
         summary["split"] = split

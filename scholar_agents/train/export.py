@@ -41,7 +41,7 @@ from typing import Any, Optional
 import yaml
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from scholar_agents.hydra_app import output_dir as run_output_dir
+from scholar_agents.runtime.run_dir import run_dir as run_output_dir
 
 log = logging.getLogger(__name__)
 

@@ -9,14 +9,14 @@ import logging
 
 from omegaconf import DictConfig
 
-from scholar_agents.hydra_app import output_dir
+from scholar_agents.runtime.run_dir import run_dir
 from scholar_agents.train.sft import run_sft
 
 log = logging.getLogger(__name__)
 
 
 def selector_sft(cfg: DictConfig) -> dict:
-    summary = run_sft(cfg.sft, logging_cfg=cfg.get("logging"), report_dir=output_dir(cfg),
+    summary = run_sft(cfg.sft, logging_cfg=cfg.get("logging"), report_dir=run_dir(cfg),
                       dist_timeout_minutes=(cfg.get("cluster") or {}).get("dist_timeout_minutes"))
     log.info("selector SFT: %d steps, loss %s, model in %s", summary["global_step"],
              "n/a" if summary["train_loss"] is None else f"{summary['train_loss']:.4f}",

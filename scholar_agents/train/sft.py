@@ -40,7 +40,7 @@ from typing import Any, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from scholar_agents.train.preemption import restart_count
+from scholar_agents.runtime.preemption import restart_count
 
 log = logging.getLogger(__name__)
 
@@ -497,11 +497,11 @@ def run_sft(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = 
     """Fine-tune, checkpoint, resume, and save ``<output_dir>/final`` as a loadable HF directory.
     Returns a summary (also written to ``final/SFT_DONE.json`` and ``report_dir/sft_summary.json``).
 
-    Preemption (``train/preemption.py``): SIGTERM / SIGUSR1 / SIGUSR2 make the HF Trainer save a checkpoint at the
+    Preemption (``runtime/preemption.py``): SIGTERM / SIGUSR1 / SIGUSR2 make the HF Trainer save a checkpoint at the
     end of the current step and stop; then the job asks Slurm to requeue it and exits 75. The requeued run finds
     that checkpoint in the same ``output_dir`` and resumes (``resume_from_checkpoint``), logging into the same
     wandb run (``<output_dir>/wandb_run_id``)."""
-    from scholar_agents.train.preemption import PreemptionHandler, trainer_callback
+    from scholar_agents.runtime.preemption import PreemptionHandler, trainer_callback
 
     cfg = _as_config(cfg)
     output_dir = Path(cfg.output_dir)
@@ -521,7 +521,7 @@ def run_sft(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = 
     saved_env = {k: os.environ.get(k) for k in ("WANDB_RUN_ID", "WANDB_RESUME", "WANDB_MODE")}
     handler = PreemptionHandler.install()
     try:
-        from scholar_agents.train import collectives
+        from scholar_agents.runtime import collectives
 
         if dist_timeout_minutes:  # our group, with our timeout: the HF Trainer adopts it
             collectives.start_group_for_trainer(dist_timeout_minutes, cpu=bool(cfg.use_cpu))
@@ -530,7 +530,7 @@ def run_sft(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = 
         log.info("process group: %s; model on %s", collectives.describe(dist_timeout_minutes), trainer.args.device)
         preempted = trainer_callback(handler)
         trainer.add_callback(preempted)
-        from scholar_agents.train.cuda_memory import peak_memory_callback
+        from scholar_agents.runtime.cuda_memory import peak_memory_callback
 
         trainer.callback_handler.callbacks.insert(0, peak_memory_callback())  # first: the reporters see its keys
         if resume_from:

@@ -13,7 +13,8 @@ from omegaconf import DictConfig
 
 from scholar_agents.pasa.queries import ScholarQuery, load_pasa_queries
 from scholar_agents.pasa.serve.jobs import Job
-from scholar_agents.pasa.serve.tree import build_tree, norm_id
+from scholar_agents.papers.ids import norm_id
+from scholar_agents.pasa.serve.tree import build_tree
 
 log = logging.getLogger(__name__)
 

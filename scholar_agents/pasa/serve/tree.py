@@ -5,15 +5,10 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Optional
 
+from scholar_agents.papers.ids import norm_id
+
 # paper ids -> {paper_id: {"title", "date"}} (the paper store's get_many, or nothing)
 PaperInfo = Callable[[list[str]], dict[str, dict]]
-
-
-def norm_id(pid: str) -> str:
-    """arXiv ids without a version suffix ("2301.00001v2" -> "2301.00001"): how gold ids are compared."""
-    pid = str(pid).strip()
-    head, _, tail = pid.rpartition("v")
-    return head if head and tail.isdigit() and "." in head else pid
 
 
 def build_tree(traj: dict, paper_info: Optional[PaperInfo] = None, gold: Iterable[str] = ()) -> dict:

@@ -126,7 +126,7 @@ def save_checkpoint(root: str | Path, step: int, write_models: Callable[[Path], 
     """Save step ``step``. Every rank calls it (RNG states are per rank); rank 0 writes the models, optimizer,
     scheduler and state, and publishes the directory once every rank has written. ``collective_write`` runs on
     every rank (a DeepSpeed engine's sharded optimizer state). ``barrier`` is the trainer's
-    (:func:`scholar_agents.train.collectives.barrier`): while rank 0 writes the models alone (~30 GB of 16-bit
+    (:func:`scholar_agents.runtime.collectives.barrier`): while rank 0 writes the models alone (~30 GB of 16-bit
     weights for the 7B policy and 7B value model, at disk speed) the other ranks wait in it, which the process
     group's timeout (``cluster.dist_timeout_minutes``, 120 min by default, not NCCL's 10) must cover."""
     from safetensors.torch import save_file

@@ -27,14 +27,14 @@ from pathlib import Path
 
 import torch
 
-from scholar_agents.eval.pasa_metrics import norm_id
+from scholar_agents.papers.ids import norm_id
 from scholar_agents.llm import LLM, build_llm
 from scholar_agents.pasa.actions import STOP
 from scholar_agents.pasa.crawl_env import CrawlEnv, Session
 from scholar_agents.pasa.crawler import Crawler, CrawlerConfig
 from scholar_agents.pasa.queries import ScholarQuery
 from scholar_agents.pasa.trajectory import EXECUTED, SessionRecord
-from scholar_agents.train import collectives
+from scholar_agents.runtime import collectives
 from scholar_agents.train.ppo.rewards import RewardConfig, action_reward
 
 log = logging.getLogger(__name__)

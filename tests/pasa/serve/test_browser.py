@@ -1,0 +1,131 @@
+"""`scholar pasa serve` used as a person uses it: a real server on 127.0.0.1 and a real headless Chromium (Selenium).
+Type a query, see the crawl stream and the ranked list, ask why; a bad date is one line in the page; open a run dir,
+see its per-query table, compare two rows' crawls of one query side by side. The tiny-model test runs in CI's fast
+lane; the embedded-defaults test (SmolLM2 + the shipped adapter, `slow`) measures the latencies of docs/pasa.md and,
+with SCHOLAR_SAVE_SCREENSHOTS=1, writes the screenshots there (docs/images/pasa_serve_*.png)."""
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from tests.paths import REPO
+
+DOC_IMAGES = REPO / "docs" / "images"
+
+pytestmark = pytest.mark.browser
+
+
+def _wait(driver, cond, timeout: float, what: str):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(cond, message=f"waiting for {what}")
+
+
+def drive_page(driver, url: str, query: str, before: str, run_path: str, rows: tuple[str, str], shots: Path,
+               timeout: float = 120) -> dict:
+    """The whole walk through the page; returns the latencies seen in the browser (seconds from the click)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    find = driver.find_element
+    driver.get(url + "/")
+    _wait(driver, lambda d: "loaded in" in find(By.ID, "setting").text, 60, "the setting line")
+    # a bad date: one line in the page, nothing queued
+    find(By.ID, "query").send_keys(query)
+    find(By.ID, "before").send_keys("2023-02-30")
+    find(By.ID, "submit").click()
+    _wait(driver, lambda d: find(By.ID, "error").is_displayed(), 10, "the error line")
+    assert "before='2023-02-30' is not a calendar date" in find(By.ID, "error").text
+    assert "\n" not in find(By.ID, "error").text.strip()
+    # the search
+    find(By.ID, "before").clear()
+    find(By.ID, "before").send_keys(before)
+    t0 = time.perf_counter()
+    find(By.ID, "submit").click()
+    _wait(driver, lambda d: find(By.ID, "status").text.startswith(("crawling", "waiting", "starting")), timeout,
+          "the first streamed event")
+    t_event = time.perf_counter() - t0
+    _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#events li"), timeout, "the first crawl session")
+    t_first = time.perf_counter() - t0
+    assert not find(By.ID, "error").is_displayed()
+    _wait(driver, lambda d: "papers crawled" in find(By.ID, "status").text or "failed" in find(By.ID, "status").text,
+          timeout, "the ranked list")
+    t_final = time.perf_counter() - t0
+    assert "papers crawled" in find(By.ID, "status").text, find(By.ID, "status").text
+    progress = find(By.ID, "progress").text
+    assert "papers in queue" in progress and "budget left" in progress
+    rows_seen = driver.find_elements(By.CSS_SELECTOR, "#results tr.paper-row")
+    assert rows_seen and rows_seen[0].find_element(By.TAG_NAME, "a").get_attribute("href").startswith(
+        "https://arxiv.org/abs/")
+    assert driver.find_elements(By.CSS_SELECTOR, "#search-tree .tree-root li.action")  # [Search] q -> papers
+    rows_seen[0].find_element(By.CSS_SELECTOR, "button.why").click()
+    _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#results td.rationale"), timeout, "a rationale")
+    t_rationale = time.perf_counter() - t0 - t_final
+    driver.save_screenshot(str(shots / "pasa_serve_search.png"))
+    # the runs view: a run's table, then one query's crawls side by side
+    find(By.ID, "tab-runs").click()
+    _wait(driver, lambda d: Select(find(By.ID, "runs-list")).options, 20, "the runs list")
+    Select(find(By.ID, "runs-list")).select_by_value(run_path)
+    find(By.ID, "open-run").click()
+    _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#run-table tr.pick"), 20, "the run's table")
+    Select(find(By.ID, "compare-a")).select_by_value(rows[0])
+    Select(find(By.ID, "compare-b")).select_by_value(rows[1])
+    header = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "#run-table th.rowname")]
+    assert header == list(rows)
+    driver.find_elements(By.CSS_SELECTOR, "#run-table tr.pick")[0].click()
+    _wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#compare > .col")) == 2 and
+          d.find_elements(By.CSS_SELECTOR, "#compare .tree-root"), 30, "the two crawls")
+    cols = driver.find_elements(By.CSS_SELECTOR, "#compare > .col")
+    assert [c.get_attribute("data-row") for c in cols] == list(rows)
+    driver.save_screenshot(str(shots / "pasa_serve_runs.png"))
+    tree = find(By.CSS_SELECTOR, "#compare .tree-root")
+    driver.execute_script("arguments[0].scrollIntoView()", tree)
+    tree.screenshot(str(shots / "pasa_serve_tree.png"))
+    # the path field is guarded like the API: outside the root is one line in the page
+    find(By.ID, "run-path").send_keys("../..")
+    find(By.ID, "open-run").click()
+    _wait(driver, lambda d: find(By.ID, "error").is_displayed(), 10, "the traversal error")
+    assert "outside the runs root" in find(By.ID, "error").text
+    return {"first_event_s": round(t_event, 2), "first_session_s": round(t_first, 2), "final_list_s": round(t_final, 2),
+            "rationale_s": round(t_rationale, 2)}
+
+
+def _shots(tmp_path) -> Path:
+    if os.environ.get("SCHOLAR_SAVE_SCREENSHOTS") == "1":
+        DOC_IMAGES.mkdir(parents=True, exist_ok=True)
+        return DOC_IMAGES
+    return tmp_path
+
+
+def test_search_runs_and_compare_in_a_real_browser_on_the_tiny_model(tiny_server, browser, tmp_path):
+    times = drive_page(browser, tiny_server, "graph neural networks for molecules", "2023-01-01", "eval_pasa/tiny",
+                       ("agent", "search_bm25"), tmp_path)
+    for name in ("pasa_serve_search.png", "pasa_serve_runs.png", "pasa_serve_tree.png"):
+        assert (tmp_path / name).stat().st_size > 10_000
+    print("tiny model:", json.dumps(times))
+
+
+@pytest.mark.slow
+def test_the_embedded_defaults_in_a_real_browser(tmp_path_factory, browser):
+    """SmolLM2 + the shipped Crawler adapter and SmolLM2 as Selector, search=auto, the sample corpus: what
+    `scholar pasa serve` runs with no override. The run dir: `eval pasa` on the same defaults (search-only vs agent)
+    on one dev query."""
+    from scholar_agents.eval.pasa import pasa
+    from scholar_agents.hydra_app import compose
+    from tests.fixtures.pasa_serve import serve_process
+
+    root = tmp_path_factory.mktemp("default_runs")
+    rows = "[{name: search, method: search}, {name: agent, method: agent, fallback_search: true}]"
+    pasa(compose("eval_pasa", [f"paths.output_dir={root / 'eval_pasa' / 'defaults'}", f"rows={rows}",
+                               "queries.limit=1", "save_trajectories=true", "bootstrap.samples=0"]))
+    shots = _shots(tmp_path_factory.mktemp("shots"))
+    # the LLM response cache off: the latencies are of a crawl computed now, not of a cached one (a query asked
+    # before comes back from the cache in well under a second)
+    overrides = [f"serve.runs_root={root}", "llm.cache_path=null", "selector_llm.cache_path=null"]
+    with serve_process(tmp_path_factory.mktemp("default_serve"), overrides) as url:
+        times = drive_page(browser, url, "Which papers study graph neural networks for molecular property prediction?",
+                           "2023-01-01", "eval_pasa/defaults", ("agent", "search"), shots, timeout=240)
+    print("embedded defaults:", json.dumps(times))
+    (shots / "pasa_serve_timings.json").write_text(json.dumps(times, indent=1) + "\n")

@@ -1,0 +1,181 @@
+"""PPO rollouts wired from REAL crawl-environment records (the hand-made toy store of test_crawl_env): the paper's
+sampling scheme, the partition of response tokens into actions, Eq. 1–2 rewards (with the real Selector batched),
+the cross-session bootstrap candidates, and Eq. 3–4 / GAE targets against hand-computed numbers."""
+
+import random
+
+import numpy as np
+import pytest
+
+from scholar_agents.llm import LLM, Completion, Generation, SamplingParams
+from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
+from scholar_agents.pasa.crawler import Crawler, CrawlerConfig
+from scholar_agents.pasa.selector import Selector
+from scholar_agents.train.ppo.config import PPOConfig
+from scholar_agents.train.ppo.rewards import RewardConfig
+from scholar_agents.train.ppo.rollout import (
+    INVALID,
+    QuerySampler,
+    action_steps,
+    build_samples,
+    collect_sessions,
+    gold_sets,
+    reward_stats,
+)
+from scholar_agents.train.ppo.session_returns import session_returns
+from scholar_agents.train.ppo.trainer import session_targets
+from tests.fixtures.crawl import QUERY
+from tests.paths import TEST_ASSETS
+
+TINY_TOKENIZER = TEST_ASSETS / "tiny_tokenizer"
+
+
+class ScriptedPolicy(LLM):
+    """A stand-in for the crawler model: it writes a fixed response per session kind (the model's output is the
+    outside world of the environment), tokenized with the tiny tokenizer and ended with EOS, like a real backend."""
+
+    def __init__(self, search_text: str, expand_text: str):
+        from transformers import AutoTokenizer
+
+        self._tok = AutoTokenizer.from_pretrained(str(TINY_TOKENIZER))
+        self.texts = {"search": search_text, "expand": expand_text}
+        self.model_id = "scripted"
+
+    @property
+    def tokenizer(self):
+        return self._tok
+
+    def generate(self, prompts, params: SamplingParams | None = None):
+        out = []
+        for p in prompts:
+            text = self.texts["expand" if "Sections:" in p[0]["content"] else "search"]
+            ids = self._tok.encode(text, add_special_tokens=False) + [self._tok.eos_token_id]
+            out.append(Generation("p", self.prompt_token_ids(p), [Completion(text, ids, [-1.0] * len(ids), "stop")]))
+        return out
+
+    def next_token_probs(self, prompts, candidates):
+        raise AssertionError("the crawler never scores")
+
+
+def _env(store, search, **kw):
+    from transformers import AutoTokenizer
+
+    return CrawlEnv(store, search, CrawlConfig(search_k=3, **kw),
+                    tokenizer=AutoTokenizer.from_pretrained(str(TINY_TOKENIZER)))
+
+
+def test_sampling_scheme_search_then_two_expansion_rounds(toy):
+    store, search = toy
+    env = _env(store, search)
+    policy = ScriptedPolicy("[Search] graph neural networks molecules [Search] message passing [Stop]",
+                            "[Expand] 1 Introduction [Expand] Related Work [Expand] Background [Expand] Method [Stop]")
+    records, stats = collect_sessions(env, Crawler(policy, CrawlerConfig()), [QUERY], [6, 6], random.Random(0))
+    kinds = [r.start_state for r in records]
+    assert kinds[0] == "S_q" and all(k == "S_q+p" for k in kinds[1:])
+    round1 = [r for r in records if r.depth == 1]
+    round2 = [r for r in records if r.depth == 2]
+    searched = {p for a in records[0].actions for p in a.added}
+    # round 1 expands search hits that have sections (A, B), round 2 what those expansions added (B, E)
+    assert round1 and {r.paper_id for r in round1} <= searched
+    assert all(store.get(r.paper_id).sections for r in round1 + round2)
+    assert {r.parent_session_id for r in round1} == {records[0].session_id}
+    assert round2 and {r.parent_session_id for r in round2} <= {r.session_id for r in round1}
+    assert stats["sessions_round0"] == 1 and stats["sessions_round1"] == len(round1) <= 6
+    # depth 3 is the limit: no third round even if asked
+    assert max(r.depth for r in records) == 2
+
+
+def test_steps_partition_every_token_and_rewards_follow_eq1(toy):
+    store, search = toy
+    env = _env(store, search)
+    policy = ScriptedPolicy("[Search] graph neural networks molecules [Search] message passing [Stop]", "[Stop]")
+    records, _ = collect_sessions(env, Crawler(policy, CrawlerConfig()), [QUERY], [], random.Random(0))
+    [rec] = records
+    steps = action_steps(rec)
+    assert [s.kind for s in steps] == ["search", "search", "stop"]
+    assert steps[0].start == 0 and steps[-1].end == len(rec.response_token_ids)  # EOS belongs to [Stop]
+    assert all(a.end == b.start for a, b in zip(steps, steps[1:]))
+    tok = env.tokenizer
+    assert tok.decode(rec.response_token_ids[steps[0].start:steps[0].end]).strip().startswith("[Search] graph")
+
+    cfg = RewardConfig(use_selector=False)  # gold only: hand-checkable
+    [sample] = build_samples(records, env, gold_sets([QUERY]), None, cfg)
+    for st, a in zip(sample.steps, rec.actions):
+        gold_hits = len(set(a.added) & {"B", "C"})
+        assert st.gold_hits == st.hits == gold_hits
+        assert st.reward == pytest.approx(1.5 * gold_hits - (0.1 if a.kind == "search" else 0.0))
+        # bootstrap candidates: added papers the environment would expand (sections, depth 1 < 3)
+        assert st.children == [p for p in a.added if store.get(p).sections]
+    assert any(st.children for st in sample.steps)
+    stats = reward_stats([sample], cfg.cost)
+    assert stats["reward/action_cost"] == pytest.approx(0.2) and stats["rollout/search_per_session"] == 2
+
+
+def test_selector_decisions_are_batched_into_the_indicator(toy, tiny_llm):
+    store, search = toy
+    env = _env(store, search)
+    policy = ScriptedPolicy("[Search] graph neural networks molecules [Search] spectral networks [Stop]", "[Stop]")
+    records, _ = collect_sessions(env, Crawler(policy, CrawlerConfig()), [QUERY], [], random.Random(0))
+    selector = Selector(tiny_llm, threshold=0.5)
+    [sample] = build_samples(records, env, gold_sets([QUERY]), selector, RewardConfig())
+    for st in sample.steps:
+        if not st.added:
+            continue
+        accepted = selector.accept(QUERY.question, [store.get(p) for p in st.added])
+        expected = sum(a or p in {"B", "C"} for p, a in zip(st.added, accepted))  # Eq. 2: gold OR Selector
+        assert st.hits == expected and st.reward == pytest.approx(1.5 * expected - 0.1)
+
+
+def test_a_response_without_actions_is_one_invalid_step(toy):
+    store, search = toy
+    env = _env(store, search)
+    policy = ScriptedPolicy("I cannot help with that.", "[Stop]")
+    records, _ = collect_sessions(env, Crawler(policy, CrawlerConfig()), [QUERY], [], random.Random(0))
+    [sample] = build_samples(records, env, gold_sets([QUERY]), None, RewardConfig(use_selector=False))
+    [st] = sample.steps
+    assert st.kind == INVALID and (st.start, st.end) == (0, len(records[0].response_token_ids))
+    assert st.reward == pytest.approx(-0.1)
+
+
+def test_paper_mc_targets_hand_computed_with_kl_and_bootstrap(toy):
+    store, search = toy
+    env = _env(store, search)
+    policy = ScriptedPolicy("[Search] graph neural networks molecules [Search] message passing [Stop]", "[Stop]")
+    records, _ = collect_sessions(env, Crawler(policy, CrawlerConfig()), [QUERY], [], random.Random(0))
+    [sample] = build_samples(records, env, gold_sets([QUERY]), None, RewardConfig(use_selector=False))
+    n = len(sample.response_ids)
+    for k, st in enumerate(sample.steps):
+        st.child_values = 0.5 * len(st.children)  # Σ_j V̂(S_{q+p_j}) as the trainer would fill it
+    logp_old = np.full(n, -1.0)
+    logp_ref = np.full(n, -1.2)  # per-token KL = 0.2
+    values = np.linspace(0.0, 1.0, n)
+    cfg = PPOConfig()  # Table 9: γ0 1, γ1 0.1, β 0.1
+    t = session_targets(sample, logp_old, logp_ref, values, cfg)
+    # by hand: per action, r + γ1 Σ V(children) − β · (0.2 × its token count), summed to the end (γ0 = 1)
+    per_step = [st.reward + 0.1 * st.child_values - 0.1 * 0.2 * st.n_tokens for st in sample.steps]
+    R = np.cumsum(per_step[::-1])[::-1]
+    np.testing.assert_allclose([t.returns[st.start] for st in sample.steps], R)
+    np.testing.assert_allclose(R, session_returns([s.reward for s in sample.steps],
+                                                  [s.child_values for s in sample.steps],
+                                                  [0.2 * s.n_tokens for s in sample.steps]))
+    for st, r_t in zip(sample.steps, R):  # Eq. 4 on every token of the action, V̂ at the action's start
+        np.testing.assert_allclose(t.advantages[st.start:st.end], r_t - values[st.start])
+    assert t.value_mask.sum() == len(sample.steps) and t.session_return == pytest.approx(R[0])
+    assert t.kl == pytest.approx(0.2 * n)
+
+    g = session_targets(sample, logp_old, logp_ref, values, PPOConfig(estimator="gae", gae_lambda=1.0))
+    # GAE with λ = γ = 1 is the Monte-Carlo return of the token rewards: at token 0 it equals the paper's R̂_0
+    assert g.returns[0] == pytest.approx(R[0]) and g.value_mask.all()
+
+
+def test_query_sampler_is_a_resumable_permutation():
+    s = QuerySampler(5, seed=3)
+    first = s.next(3) + s.next(3)
+    assert sorted(first[:5]) == list(range(5))  # one pass visits every query once
+    state = s.state_dict()
+    after = s.next(4)
+    s2 = QuerySampler(5, seed=3)
+    s2.load_state_dict(state)
+    assert s2.next(4) == after
+    with pytest.raises(ValueError, match="training queries"):
+        QuerySampler(6, seed=3).load_state_dict(state)
