@@ -88,18 +88,17 @@ def edges() -> list[tuple[str, str, int, bool]]:
                 continue
             near = " ".join(lines[max(0, node.lineno - 2): node.end_lineno or node.lineno])
             for target in _resolve(mod, path.name == "__init__.py", node, known):
+                # a module importing its own package's API (``from scholar_agents.llm import Completion`` inside
+                # llm/) is the package talking to itself, not an edge between two files
                 if target != mod and not mod.startswith(target + "."):
                     found.append((mod, target, node.lineno, "# upward:" in near))
     return found
 
 
 def circles(found: list[tuple[str, str, int, bool]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan), each a circle of imports.
-    A package ``__init__`` re-exporting its own modules is not a circle with them."""
+    """Strongly connected components of more than one module (Tarjan), each a circle of imports."""
     graph: dict[str, set[str]] = {}
     for a, b, _, _ in found:
-        if a.endswith("__init__") or b == a.rsplit(".", 1)[0] and False:
-            continue
         graph.setdefault(a, set()).add(b)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -138,12 +137,6 @@ def circles(found: list[tuple[str, str, int, bool]]) -> list[list[str]]:
     return out
 
 
-def _is_reexport(importer: str, target: str) -> bool:
-    """A package's ``__init__`` importing from inside itself, or a module importing its own package's API."""
-    pkg = importer.rsplit(".", 1)[0]
-    return target.startswith(importer + ".") or (target == pkg)
-
-
 def upward(found: list[tuple[str, str, int, bool]]) -> list[tuple[str, str, int, bool]]:
     out = []
     for a, b, line, ok in found:
@@ -177,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     for c in circ:
         print("  " + " <-> ".join(c))
     print(f"upward imports: {len(up)} ({len(bad)} without a '# upward:' reason)")
-    for a, b, line, ok in up:
+    for a, b, line, ok in sorted(set(up)):
         print(f"  {'ok ' if ok else 'BAD'} {a}:{line} -> {b}")
     if unknown_parts():
         print(f"parts with no floor in FLOORS: {', '.join(unknown_parts())}")

@@ -1,4 +1,4 @@
-"""Issue 29, item 3: the request-form rewriter on the 100 bundled AutoScholarQuery dev questions — every form
+"""The request-form rewriter on the 100 bundled AutoScholarQuery dev questions — every form
 non-empty, deterministic, in its own shape, and keeping every content word of the question."""
 
 import json

@@ -1,4 +1,4 @@
-"""Issue 29: `eval pasa phrasings=[...]` end to end on the tiny model — every row on the queries rewritten into
+"""`eval pasa phrasings=[...]` end to end on the tiny model — every row on the queries rewritten into
 request forms, the valid-search rate and the fallback counted per agent row and per query, crawling rows paired
 with search-only on the same rewritten queries, and the per-form table in the report."""
 

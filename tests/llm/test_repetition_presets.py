@@ -1,4 +1,4 @@
-"""Issue 29: repetition control on the generation presets — each backend's own switch, set per preset, overridable
+"""Repetition control on the generation presets — each backend's own switch, set per preset, overridable
 per request (the Crawler turns it off), refused where a backend lacks it, and part of the response cache's key."""
 
 import pytest

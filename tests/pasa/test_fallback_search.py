@@ -1,4 +1,4 @@
-"""Issue 29, item 1: no empty search from the default Crawler.
+"""No empty search from the default Crawler (the fallback search and the grammar).
 
 - Table 8's action grammar (``crawler.policy.constrained``) admits no [Search] without a query, checked with
   xgrammar itself;

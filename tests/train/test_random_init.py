@@ -1,4 +1,4 @@
-"""Issue 28's switches: random-weight models from a config dir (``llm.init`` / ``ppo.policy_init`` / ``sft.init``),
+"""Random-weight models from a config dir (``llm.init`` / ``ppo.policy_init`` / ``sft.init``),
 per-phase peak CUDA memory metrics, and the skip-the-final-checkpoint switches."""
 
 from __future__ import annotations
