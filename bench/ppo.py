@@ -87,7 +87,7 @@ def main(argv=None) -> int:
         f"paths.output_dir={run_dir}", *args.overrides,
     ])
     t0 = time.perf_counter()
-    trainer = PPOTrainer(cfg, run_dir)
+    trainer = PPOTrainer.from_config(cfg, run_dir)
     setup_s = time.perf_counter() - t0
     rows = []
     try:

@@ -144,7 +144,7 @@ def crawl_prompt_len(model: Path) -> int:
     """The longest search-session prompt of the training queries, in tokens (the rollouts' prompt length)."""
     from transformers import AutoTokenizer
 
-    from scholar_agents.pasa.commands import load_queries
+    from scholar_agents.pasa.queries import load_queries
     from scholar_agents.pasa.prompts import crawler_search_messages
 
     tok = AutoTokenizer.from_pretrained(str(model))

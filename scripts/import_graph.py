@@ -24,6 +24,7 @@ PACKAGE = ROOT / "scholar_agents"
 FLOORS: dict[str, int] = {
     "runtime": 0,      # cluster glue: preemption, collectives, CUDA memory, the Slurm probe (imports nothing of ours)
     "validation": 0,   # UsageError and input validators
+    "typed_config": 0,  # config node -> dataclass, the one converter
     "llm": 1, "papers": 1,
     "pasa": 2, "thought": 2, "scipip": 2,
     "data_gen": 3, "plan": 3,

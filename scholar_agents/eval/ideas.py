@@ -378,12 +378,11 @@ def eval_ideas(cfg) -> dict:
     """``scholar eval ideas``: LLM-judge ratings (Table 1), % >= 4 (Table 2) and pairwise win rates for an ideas.json."""
     from pathlib import Path
 
-    from omegaconf import OmegaConf
-
     from scholar_agents.llm import build_llm
     from scholar_agents.runtime.run_dir import run_dir
+    from scholar_agents.typed_config import typed
 
-    judge_cfg: IdeaJudgeConfig = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(IdeaJudgeConfig), OmegaConf.to_container(cfg.scipip.judge, resolve=True)))  # type: ignore[assignment]
+    judge_cfg = typed(IdeaJudgeConfig, cfg.scipip.judge, "scipip.judge")
     path = Path(str(cfg.ideas_path))
     if not path.is_file():
         from scholar_agents.validation import UsageError

@@ -652,7 +652,8 @@ def run_rows(specs: Sequence[RowSpec], queries: Sequence[ScholarQuery], out: Pat
 def pasa(cfg: DictConfig) -> dict:
     """The ``eval pasa`` task."""
     from scholar_agents.runtime.run_dir import run_dir
-    from scholar_agents.pasa.commands import Resources, load_queries
+    from scholar_agents.pasa.queries import load_queries
+    from scholar_agents.pasa.resources import Resources
     from scholar_agents.eval.pasa_plots import metrics_bars, recall_vs_actions
 
     from scholar_agents.validation import (

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import fields
 from typing import Callable
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from scholar_agents.llm.base import LLM
 from scholar_agents.llm.config import LLMConfig
@@ -35,15 +34,9 @@ def resolve_model_path(model: str) -> str:
 
 def to_llm_config(cfg: LLMConfig | DictConfig | dict) -> LLMConfig:
     """Validate against the schema: unknown keys and wrong types fail here, with their names."""
-    if isinstance(cfg, LLMConfig):
-        return cfg
-    container = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-    known = {f.name for f in fields(LLMConfig)}
-    unknown = sorted(set(container) - known)
-    if unknown:
-        raise ValueError(f"unknown llm config keys {unknown}; valid keys: {sorted(known)}")
-    merged = OmegaConf.merge(OmegaConf.structured(LLMConfig), container)
-    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    from scholar_agents.typed_config import typed
+
+    return typed(LLMConfig, cfg, "llm config")
 
 
 def build_llm(cfg: LLMConfig | DictConfig | dict) -> LLM:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from scholar_agents.papers.loaders import LOADERS, load_source
 from scholar_agents.papers.store import PaperStore
@@ -48,11 +48,9 @@ class PapersConfig:
 
 
 def to_papers_config(cfg: PapersConfig | DictConfig | dict) -> PapersConfig:
-    if isinstance(cfg, PapersConfig):
-        return cfg
-    if isinstance(cfg, DictConfig):  # resolve ${paths...} against the root config it came from
-        cfg = OmegaConf.to_container(cfg, resolve=True)
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PapersConfig), cfg))  # type: ignore[return-value]
+    from scholar_agents.typed_config import typed
+
+    return typed(PapersConfig, cfg, "papers")
 
 
 def _source_signature(src: CorpusSource) -> dict[str, Any] | None:

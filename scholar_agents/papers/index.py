@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from tqdm import tqdm
 
 from scholar_agents.papers.bm25 import BM25Search
@@ -91,14 +91,9 @@ class SearchConfig:
 
 
 def to_search_config(cfg: SearchConfig | DictConfig | dict | None) -> SearchConfig:
-    if cfg is None:
-        return SearchConfig()
-    if isinstance(cfg, SearchConfig):
-        return cfg
-    if isinstance(cfg, DictConfig):  # resolve interpolations against the root config it came from
-        cfg = OmegaConf.to_container(cfg, resolve=True)
-    merged = OmegaConf.merge(OmegaConf.structured(SearchConfig), cfg)
-    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    from scholar_agents.typed_config import typed
+
+    return typed(SearchConfig, cfg, "search")
 
 
 def embedder_key(embedder: Any) -> dict[str, Any]:

@@ -43,7 +43,7 @@ class CrawlerConfig:
     # false = the paper (its trained Crawler generates freely). PPO must run unconstrained: its log-probs are the
     # model's own distribution and its training data was generated freely (see docs/pasa.md).
     # null (the CPU preset, ours) = constrained for a model without a Crawler adapter, free when
-    # crawler.policy.adapter is applied (the SFT Crawler writes its own actions; resolved by pasa.commands.Resources)
+    # crawler.policy.adapter is applied (the SFT Crawler writes its own actions; resolved by pasa.resources.Resources)
     constrained: Optional[bool] = False
     max_actions_per_session: int = 6  # the grammar's cap on [Search] / [Expand] actions in one response
     # the grammar's cap on one [Search] query (characters; at least 3, never empty). 60 keeps a base model's queries

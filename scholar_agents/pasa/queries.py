@@ -7,10 +7,13 @@ the published time is the query date, and PaSa searches only for papers publishe
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
+
+log = logging.getLogger(__name__)
 
 _YMD = re.compile(r"^(\d{4})-?(\d{2})-?(\d{2})")
 
@@ -69,3 +72,31 @@ def load_pasa_queries(path: str | Path, limit: Optional[int] = None, offset: int
             out.append(q)
     out = out[offset:]
     return out[:limit] if limit is not None else out
+
+
+def load_queries(qcfg) -> list[ScholarQuery]:
+    """``queries.path`` (PaSa JSONL) with ``offset``/``limit``, minus the qids listed in ``exclude_qids_file``
+    (one qid a line, or JSONL with a ``qid`` / ``meta.qid`` field, e.g. crawler sessions): how an evaluation keeps
+    training queries out."""
+    queries = load_pasa_queries(qcfg.path)
+    exclude_file = qcfg.get("exclude_qids_file")
+    if exclude_file:
+        excluded = set()
+        for line in Path(exclude_file).read_text().splitlines():
+            line = line.strip()
+            if line:
+                if line.startswith("{"):  # a query record (`qid`) or a training session (`meta.qid`)
+                    rec = json.loads(line)
+                    qid = rec.get("qid") or (rec.get("meta") or {}).get("qid")
+                    if not qid:
+                        raise ValueError(f"{exclude_file}: a JSONL line without `qid` or `meta.qid`: {line[:80]}")
+                    excluded.add(str(qid))
+                else:
+                    excluded.add(line)
+        before = len(queries)
+        queries = [q for q in queries if q.qid not in excluded]
+        log.info("excluded %d queries listed in %s", before - len(queries), exclude_file)
+    offset = int(qcfg.get("offset") or 0)
+    limit = qcfg.get("limit")
+    queries = queries[offset:]
+    return queries[: int(limit)] if limit is not None else queries

@@ -47,8 +47,6 @@ class ClusterConfig:
 
 
 def to_cluster_config(node) -> ClusterConfig:
-    from omegaconf import OmegaConf
+    from scholar_agents.typed_config import typed  # floor 0 too: imports nothing of ours
 
-    if isinstance(node, ClusterConfig):
-        return node
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ClusterConfig), node))
+    return typed(ClusterConfig, node, "cluster")

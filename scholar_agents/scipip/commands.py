@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from scholar_agents.runtime.run_dir import run_dir
 from scholar_agents.scipip.config import SciPIPConfig
@@ -18,9 +18,9 @@ log = logging.getLogger(__name__)
 
 def scipip_config(cfg: DictConfig) -> SciPIPConfig:
     """The typed `scipip` node (validated against the dataclass, interpolations resolved)."""
-    node = OmegaConf.to_container(cfg.scipip, resolve=True)  # resolve ${paths.*} while the root is attached
-    merged = OmegaConf.merge(OmegaConf.structured(SciPIPConfig), node)
-    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    from scholar_agents.typed_config import typed
+
+    return typed(SciPIPConfig, cfg.scipip, "scipip")
 
 
 def _write(out: Path, name: str, obj: Any) -> Path:

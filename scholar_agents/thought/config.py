@@ -103,10 +103,6 @@ def validate(cfg: ThoughtConfig) -> None:
 
 def thought_config(cfg) -> ThoughtConfig:
     """A ``ThoughtConfig`` from a DictConfig / dict / ThoughtConfig (validated)."""
-    if isinstance(cfg, ThoughtConfig):
-        return cfg
-    from omegaconf import DictConfig, OmegaConf
+    from scholar_agents.typed_config import typed
 
-    data = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-    pre = data.pop("prequery", None) or {}
-    return ThoughtConfig(**data, prequery=PreQueryConfig(**pre))
+    return typed(ThoughtConfig, cfg, "thought")

@@ -23,6 +23,7 @@ def crawler_ppo(cfg: DictConfig) -> dict:
 
     from scholar_agents.plan.commands import startup_check
     from scholar_agents.train.ppo.rollout import check_colocated_tensor_parallel
+    from scholar_agents.train.ppo.inputs import build_ppo_inputs
     from scholar_agents.train.ppo.trainer import PPOTrainer
 
     # refused before anything is loaded: TP > 1 colocated engines (one line), then `scholar plan`: a plan that does
@@ -30,7 +31,7 @@ def crawler_ppo(cfg: DictConfig) -> dict:
     check_colocated_tensor_parallel(str(cfg.llm.backend), int(cfg.llm.get("tensor_parallel_size") or 1),
                                     int(os.environ.get("WORLD_SIZE", "1")))
     startup_check(cfg)
-    trainer = PPOTrainer(cfg, run_dir(cfg))
+    trainer = PPOTrainer(build_ppo_inputs(cfg), run_dir(cfg))  # the config, typed once, and what it names, built
     try:
         summary = trainer.train()
     finally:

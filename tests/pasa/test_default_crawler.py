@@ -48,7 +48,7 @@ def test_the_adapter_ships_small_with_a_smollm2_lora_config_and_a_model_card():
 
 
 def test_the_cpu_preset_switch_names_the_shipped_adapter_and_null_is_the_base():
-    from scholar_agents.pasa.commands import crawler_adapter_for
+    from scholar_agents.pasa.resources import crawler_adapter_for
 
     for root in ("pasa_search", "eval_pasa"):
         cfg = compose(root, [])

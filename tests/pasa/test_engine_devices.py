@@ -1,11 +1,11 @@
-"""One GPU per vLLM engine in `pasa search` / `eval pasa` (pasa/commands.py plan_engine_devices): a function of
+"""One GPU per vLLM engine in `pasa search` / `eval pasa` (pasa/resources.py plan_engine_devices): a function of
 the visible GPUs and the two composed LLM configs, checked on CPU (no GPU is needed to decide)."""
 
 import pytest
 from omegaconf import OmegaConf
 
 from scholar_agents.hydra_app import compose
-from scholar_agents.pasa.commands import plan_engine_devices, visible_gpus
+from scholar_agents.pasa.resources import plan_engine_devices, visible_gpus
 
 
 def _llms(command: str, *overrides: str) -> tuple[dict, dict]:

@@ -116,10 +116,10 @@ def test_the_shipped_adapter_writes_a_non_empty_search_for_request_phrased_queri
     request-phrased questions (measured 2026-11-26, docs/pasa.md); here the fallback must never be needed."""
     from scholar_agents.hydra_app import PACKAGE_DIR, compose
     from scholar_agents.llm import build_llm
-    from scholar_agents.pasa.commands import _structured
+    from scholar_agents.typed_config import typed
 
     cfg = compose("pasa_search", [])
-    policy = _structured(CrawlerConfig, cfg.crawler.policy)
+    policy = typed(CrawlerConfig, cfg.crawler.policy)
     assert policy.constrained is True and policy.max_query_chars == 200
     llm = build_llm({"model": "embedded:smollm2", "adapter": str(PACKAGE_DIR / "assets" / "crawler_adapter"),
                      "max_model_len": 2048})

@@ -125,7 +125,7 @@ def _worker(store_dir: str, out: str) -> None:
     """One rank (RANK / WORLD_SIZE from the environment): the NCCL-like group, then gloo."""
     import torch.distributed as dist
 
-    from scholar_agents.train.ppo.trainer import gather_in_rank_order, split_even
+    from scholar_agents.train.ppo.tensors import gather_in_rank_order, split_even
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     res: dict = {}

@@ -6,7 +6,7 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from scholar_agents.pasa.commands import load_queries
+from scholar_agents.pasa.queries import load_queries
 from scholar_agents.train.crawler_sft import split_sessions_by_query
 
 

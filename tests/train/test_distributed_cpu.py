@@ -210,7 +210,7 @@ def ppo_runs(tiny_model_dir, dist_papers, tmp_path_factory):
             elif processes == 1:
                 cfg = compose("train_crawler_ppo", [*_ppo_overrides(tiny_model_dir, dist_papers, 4),
                                                     f"paths.output_dir={out}"])
-                single = PPOTrainer(cfg, out)
+                single = PPOTrainer.from_config(cfg, out)
                 try:
                     single.train()
                 finally:

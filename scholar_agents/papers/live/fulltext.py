@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from scholar_agents.papers.live.ar5iv import parse_html
 from scholar_agents.papers.live.http import HttpConfig, LiveRequestFailed, LiveSession
@@ -63,13 +63,9 @@ class ExpandConfig:
 
 
 def to_expand_config(cfg: ExpandConfig | DictConfig | dict | None) -> ExpandConfig:
-    if cfg is None:
-        return ExpandConfig()
-    if isinstance(cfg, ExpandConfig):
-        return cfg
-    if isinstance(cfg, DictConfig):
-        cfg = OmegaConf.to_container(cfg, resolve=True)
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ExpandConfig), cfg))  # type: ignore[return-value]
+    from scholar_agents.typed_config import typed
+
+    return typed(ExpandConfig, cfg, "expand")
 
 
 class FullText(abc.ABC):

@@ -52,7 +52,7 @@ class SearchService:
 
     def agent(self):
         if self._agent is None:
-            from scholar_agents.pasa.commands import Resources
+            from scholar_agents.pasa.resources import Resources
 
             t0 = time.perf_counter()
             self._res = Resources(self.cfg)

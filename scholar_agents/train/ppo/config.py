@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import OmegaConf
 
 from scholar_agents.train.ppo.rewards import RewardConfig
 
@@ -162,6 +161,6 @@ class PPOConfig:
 
 
 def to_ppo_config(node) -> PPOConfig:
-    if isinstance(node, PPOConfig):
-        return node
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PPOConfig), node))
+    from scholar_agents.typed_config import typed
+
+    return typed(PPOConfig, node, "ppo")

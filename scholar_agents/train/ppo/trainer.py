@@ -32,15 +32,15 @@ import math
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from scholar_agents.runtime import collectives
 from scholar_agents.train.ppo.checkpoint import (
@@ -52,16 +52,17 @@ from scholar_agents.train.ppo.checkpoint import (
     python_rng_to_json,
     save_checkpoint,
 )
-from scholar_agents.train.ppo.config import PPOConfig, to_ppo_config
-from scholar_agents.train.ppo.deepspeed_config import (
-    fill_deepspeed_config,
-    load_deepspeed_json,
-    reference_config,
-    zero3_init,
-    zero_stage,
-)
-from scholar_agents.train.ppo.known_task import KnownTask
+from scholar_agents.train.ppo.deepspeed_config import zero3_init, zero_stage
+from scholar_agents.train.ppo.estimators import ESTIMATORS, SessionTargets
+from scholar_agents.train.ppo.inputs import PPOInputs, build_ppo_inputs
 from scholar_agents.train.ppo.losses import explained_variance, masked_mean, policy_loss, total_loss, value_loss
+from scholar_agents.train.ppo.models import (
+    build_optimizer,
+    build_policy_and_value,
+    build_reference,
+    deepspeed_config,
+    load_tokenizer,
+)
 from scholar_agents.train.ppo.rollout import (
     QuerySampler,
     RolloutEngine,
@@ -71,134 +72,21 @@ from scholar_agents.train.ppo.rollout import (
     gold_sets,
     reward_stats,
 )
-from scholar_agents.train.ppo.session_returns import advantages, gae, gae_token_rewards, session_returns
-from scholar_agents.train.ppo.value_model import PolicyAndValue, build_value, sub_state
+from scholar_agents.train.ppo.tensors import (
+    Packed,
+    chunks,
+    from_grid,
+    gather_in_rank_order,
+    pack,
+    response_entropy,
+    response_logprobs,
+    response_values,
+    split_even,
+    to_grid,
+)
+from scholar_agents.train.ppo.value_model import sub_state
 
 log = logging.getLogger(__name__)
-
-# --------------------------------------------------------------------------------------------------------------
-# tensors: sessions packed left-padded, responses right-aligned in a [B, R] grid
-
-
-@dataclass
-class Packed:
-    input_ids: torch.Tensor  # [B, T], left-padded: every sequence ends in the last column
-    attention_mask: torch.Tensor
-    position_ids: torch.Tensor
-    response_ids: torch.Tensor  # [B, R], right-aligned like the sequences
-    response_mask: torch.Tensor  # [B, R]
-    lengths: list[int]  # response lengths
-
-    @property
-    def width(self) -> int:
-        return self.response_ids.shape[1]
-
-
-def pack(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int, device) -> Packed:
-    """(prompt ids, response ids) pairs -> one left-padded batch. With left padding the last R+1 positions hold
-    the logits that predict every row's response, so ``logits_to_keep`` saves the rest of the vocabulary matrix."""
-    T = max(len(p) + len(r) for p, r in pairs)
-    R = max(len(r) for _, r in pairs)
-    B = len(pairs)
-    ids = torch.full((B, T), pad_id, dtype=torch.long)
-    mask = torch.zeros((B, T), dtype=torch.long)
-    rids = torch.full((B, R), pad_id, dtype=torch.long)
-    rmask = torch.zeros((B, R), dtype=torch.long)
-    for i, (p, r) in enumerate(pairs):
-        seq = list(p) + list(r)
-        ids[i, T - len(seq):] = torch.tensor(seq, dtype=torch.long)
-        mask[i, T - len(seq):] = 1
-        if r:
-            rids[i, R - len(r):] = torch.tensor(list(r), dtype=torch.long)
-            rmask[i, R - len(r):] = 1
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    return Packed(ids.to(device), mask.to(device), pos.to(device), rids.to(device), rmask.to(device),
-                  [len(r) for _, r in pairs])
-
-
-def response_logprobs(logits: torch.Tensor, response_ids: torch.Tensor) -> torch.Tensor:
-    """log π(token) of each response token, from the last R+1 positions' logits ``[B, R+1, V]`` -> ``[B, R]``."""
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    return logp.gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)
-
-
-def response_entropy(logits: torch.Tensor) -> torch.Tensor:
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    return -(logp.exp() * logp).sum(-1)
-
-
-def response_values(values: torch.Tensor, width: int) -> torch.Tensor:
-    """V̂ of the state before each response token: the value read at the previous position -> ``[B, R]``."""
-    T = values.shape[1]
-    return values[:, T - width - 1:T - 1].float()
-
-
-def to_grid(rows: Sequence[np.ndarray], width: int, device, dtype=torch.float32) -> torch.Tensor:
-    out = torch.zeros((len(rows), width), dtype=dtype)
-    for i, r in enumerate(rows):
-        if len(r):
-            out[i, width - len(r):] = torch.as_tensor(np.asarray(r), dtype=dtype)
-    return out.to(device)
-
-
-def from_grid(t: torch.Tensor, lengths: Sequence[int]) -> list[np.ndarray]:
-    t = t.detach().float().cpu().numpy()
-    W = t.shape[1]
-    return [t[i, W - n:].astype(np.float64) if n else np.zeros(0) for i, n in enumerate(lengths)]
-
-
-# --------------------------------------------------------------------------------------------------------------
-# returns and advantages of one session (Eqs. 3–4, or GAE)
-
-
-@dataclass
-class SessionTargets:
-    advantages: np.ndarray  # per response token
-    returns: np.ndarray  # per response token (paper_mc: R̂_t at the first token of action t)
-    value_mask: np.ndarray  # positions that train V̂ (paper_mc: each action's first token; gae: every token)
-    session_return: float  # R̂ at the session's start state
-    kl: float  # Σ over the session's tokens of log π_old − log π_sft
-    bootstrap: float  # γ1 · Σ_t Σ_j V̂(S_{q+p_j})
-
-
-def session_targets(sample: SessionSample, logp_old: np.ndarray, logp_ref: np.ndarray, values_old: np.ndarray,
-                    cfg: PPOConfig) -> SessionTargets:
-    """Wire one session's actions, per-token log-probs and values into the estimator's targets."""
-    n = len(sample.response_ids)
-    steps = sample.steps
-    token_kl = np.asarray(logp_old, dtype=np.float64) - np.asarray(logp_ref, dtype=np.float64)
-    rewards = [s.reward for s in steps]
-    child_values = [s.child_values for s in steps]
-    value_mask = np.zeros(n)
-    if cfg.estimator == "paper_mc":
-        action_kl = [float(token_kl[s.start:s.end].sum()) for s in steps]
-        R = session_returns(rewards, child_values, action_kl, cfg.gamma0, cfg.gamma1, cfg.beta)
-        starts = [s.start for s in steps]
-        A = advantages(R, values_old[starts])
-        adv, ret = np.zeros(n), np.zeros(n)
-        for s, a_t, r_t in zip(steps, A, R):
-            adv[s.start:s.end] = a_t  # every token of action t shares Â(s_t, a_t)
-            ret[s.start] = r_t
-            value_mask[s.start] = 1.0
-        start_return = float(R[0])
-    else:
-        tok_r = gae_token_rewards([s.n_tokens for s in steps], rewards, child_values, token_kl, cfg.gamma1, cfg.beta)
-        adv, ret = gae(tok_r, values_old, gamma=cfg.gamma0, lam=cfg.gae_lambda)
-        value_mask[:] = 1.0
-        start_return = float(ret[0])
-    return SessionTargets(adv, ret, value_mask, start_return, float(token_kl.sum()),
-                          cfg.gamma1 * float(sum(child_values)))
-
-
-# --------------------------------------------------------------------------------------------------------------
-# helpers
-
-
-def _dtype(name: str) -> torch.dtype:
-    try:
-        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
-    except KeyError:
-        raise ValueError(f"ppo.model_dtype must be float32|bfloat16|float16, got {name!r}") from None
 
 
 def set_seed(seed: int) -> None:
@@ -215,77 +103,48 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _chunks(seq: Sequence, n: int) -> list:
-    return [seq[i:i + n] for i in range(0, len(seq), n)]
-
-
-def gather_in_rank_order(rows: list) -> list:
-    """Every rank's ``rows`` concatenated in rank order (each rank's share of :func:`split_even`, so: the original
-    order). One object all-gather; at world size 1, ``rows`` itself."""
-    return [r for part in collectives.all_gather_object(rows) for r in part]
-
-
-def split_even(items: Sequence, parts: int) -> list[list]:
-    """``items`` in ``parts`` consecutive groups whose sizes differ by at most one (some may be empty)."""
-    q, r = divmod(len(items), parts)
-    out, i = [], 0
-    for k in range(parts):
-        size = q + (1 if k < r else 0)
-        out.append(list(items[i:i + size]))
-        i += size
-    return out
-
-
 # --------------------------------------------------------------------------------------------------------------
 # the trainer
 
 
 class PPOTrainer:
-    """Built from the ``train crawler_ppo`` root config: ``ppo`` (PPOConfig), ``llm`` (the rollout backend; its
-    ``model`` is replaced by the policy), ``selector_llm`` + ``selector`` (the reward model), ``crawler`` (the
-    environment's rules and the evaluation's greedy sampling), ``papers``/``search``/``embedder``, ``queries``."""
+    """The loop over one :class:`PPOInputs` (typed configs, store, search, Selector, queries: built once by
+    :func:`build_ppo_inputs` where the command starts); :meth:`from_config` does both from the composed
+    ``train crawler_ppo`` config. The models come from :mod:`.models`, returns and advantages from
+    :mod:`.estimators`, batches from :mod:`.tensors`."""
 
-    def __init__(self, cfg: DictConfig, run_dir: Path):
+    @classmethod
+    def from_config(cls, cfg: DictConfig, run_dir: Path) -> "PPOTrainer":
+        return cls(build_ppo_inputs(cfg), run_dir)
+
+    def __init__(self, inputs: PPOInputs, run_dir: Path):
         from accelerate import Accelerator
         from accelerate.utils import InitProcessGroupKwargs
 
         from scholar_agents.llm.factory import resolve_model_path
         from scholar_agents.llm.precision import cpu_supports_bf16
-        from scholar_agents.pasa.commands import Resources, load_queries
-        from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
-        from scholar_agents.pasa.crawler import CrawlerConfig
-        from scholar_agents.runtime.cluster import ClusterConfig
+        from scholar_agents.pasa.crawl_env import CrawlEnv
 
-        self.cfg = cfg
-        self.pcfg = p = to_ppo_config(cfg.ppo)
+        self.inputs = inputs
+        self.pcfg = p = inputs.ppo
+        self.estimator = ESTIMATORS[p.estimator]
         self.run_dir = Path(run_dir)
         self.ckpt_dir = Path(p.checkpoint_dir) if p.checkpoint_dir else self.run_dir / "checkpoints"
         use_cpu = not torch.cuda.is_available()
         self.init_path = resolve_model_path(p.policy_model)
         self.ref_path = resolve_model_path(p.ref_model) if p.ref_model else self.init_path
-        self.ds_config = self._deepspeed_config()  # None without DeepSpeed
+        self.ds_config = deepspeed_config(p, self.init_path)  # None without DeepSpeed
         self.deepspeed = self.ds_config is not None
         self.zero3 = self.deepspeed and zero_stage(self.ds_config) == 3
         # accelerate gives us the processes (torch.distributed, gloo on CPU); DeepSpeed engines are built with
         # DeepSpeed's own API below, the same on CPU and GPU (accelerate ignores a DeepSpeed plugin with cpu=True).
         # The group's timeout is how long a rank may wait in a collective while another works alone (a checkpoint
         # write, the end-of-run evaluation's slowest share): cluster.dist_timeout_minutes, not NCCL's 10-minute default.
-        timeout_min = float((cfg.get("cluster") or {}).get("dist_timeout_minutes")
-                            or ClusterConfig.dist_timeout_minutes)
+        timeout_min = inputs.dist_timeout_minutes
         # (no backend= here: accelerate would take any backend as "distributed", one process too; it picks gloo on CPU,
         # NCCL on GPUs)
         backend = "gloo" if use_cpu else "nccl"
-        # The paper store and search indexes are built BEFORE the process group exists, so no rank waits in a
-        # collective (NCCL's watchdog) while another builds: every rank opens them, the first builds under the
-        # store's and each index's file lock (papers/corpus.py, papers/index.py) and the others wait on that lock,
-        # then load the finished build read-only. The rank's GPU is selected first so that an embedder lands on it.
-        if not use_cpu and "LOCAL_RANK" in os.environ:
-            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) % max(torch.cuda.device_count(), 1))
-        t_build = time.perf_counter()
-        self.res = Resources(cfg)
-        self.search = self.res.search()
-        log.info("paper store and search index ready in %.1f s (built or loaded before the process group)",
-                 time.perf_counter() - t_build)
+        self.store, self.search = inputs.store, inputs.search  # built before the process group (inputs.py)
         self.accelerator = Accelerator(cpu=use_cpu, kwargs_handlers=[
             InitProcessGroupKwargs(timeout=collectives.timeout(timeout_min))])
         if self.deepspeed:
@@ -308,11 +167,6 @@ class PPOTrainer:
         self.bf16 = native_bf16 if p.bf16 is None else bool(p.bf16)
         self.step_callbacks: list[Callable[[int, dict], None]] = []
 
-        for switch in ("fallback_search", "search_user_query"):  # the environment's searches, not sampled actions
-            if cfg.crawler.env.get(switch):
-                raise ValueError(f"crawler.env.{switch}=true cannot be used for PPO: a search of the user's query by "
-                                 "the environment is not an action of the policy (no tokens, no log-prob). Train "
-                                 f"with crawler.env.{switch}=false")
         # ---- resume point
         self.resume_from = latest_checkpoint(self.ckpt_dir) if p.resume else None
         if not p.resume and latest_checkpoint(self.ckpt_dir) is not None:
@@ -322,34 +176,24 @@ class PPOTrainer:
         self.start_step = int(state.get("step", 0))
         set_seed(p.seed + 1000 * self.rank)
 
-        # ---- data, environment, reward model (the store and indexes were built before the process group: above)
-        self.train_queries = load_queries(cfg.queries.train)
-        self.eval_queries = [q for q in load_queries(cfg.queries.eval) if q.gold_ids]
-        overlap = {q.qid for q in self.train_queries} & {q.qid for q in self.eval_queries}
-        if overlap:
-            raise ValueError(f"{len(overlap)} queries are both training and held-out queries (e.g. "
-                             f"{sorted(overlap)[:3]}): set queries.train / queries.eval to disjoint ranges")
+        # ---- data, environment, reward model
+        self.train_queries, self.eval_queries = inputs.train_queries, inputs.eval_queries
         self.gold = gold_sets(self.train_queries)
-        self.known_task = KnownTask.load(p.known_task) if p.known_task else None
-        self.selector = self.res.selector() if p.use_selector else None
-        self.env_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(CrawlConfig), cfg.crawler.env))
-        self.eval_policy = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(CrawlerConfig),
-                                                               cfg.crawler.policy))
-        self.rollout_policy = CrawlerConfig(
-            max_new_tokens=p.max_new_tokens or self.eval_policy.max_new_tokens, temperature=p.temperature,
-            top_p=p.top_p, seed=p.seed, logprobs=True, batch_sessions=self.eval_policy.batch_sessions,
-            constrained=self.eval_policy.constrained,  # refused with logprobs: PPO runs unconstrained
-            search=self.eval_policy.search)
+        self.known_task = inputs.known_task
+        self.selector = inputs.build_selector() if inputs.build_selector is not None else None
+        self.env_cfg = inputs.env
+        self.eval_policy = inputs.eval_policy
+        self.rollout_policy = inputs.rollout_policy()
 
         # ---- models
-        self.tokenizer = self._tokenizer()
+        self.tokenizer = load_tokenizer(self.resume_from, self.init_path)
         # Every rank must start from the same weights, LoRA's random A included: one seed for all ranks while the
         # models are built (ZeRO-3 would otherwise stitch a parameter together from different ranks' draws).
         with torch.random.fork_rng(devices=[]), zero3_init(self.ds_config) if self.zero3 else nullcontext():
             torch.manual_seed(p.seed)
-            self.model = self._build_models()
-        self.ref = self._build_ref()
-        self.optimizer, self.scheduler = self._build_optimizer()
+            self.model = build_policy_and_value(p, self.init_path, self.resume_from, self.device, self.zero3)
+        self.ref = build_reference(p, self.ref_path, self.init_path, self.ds_config, self.zero3, self.device)
+        self.optimizer, self.scheduler, self.policy_params, self.value_params = build_optimizer(p, self.model)
         if self.deepspeed:
             import deepspeed
 
@@ -364,13 +208,13 @@ class PPOTrainer:
                                          self.scheduler)
 
         # ---- rollouts: the engine starts from the starting checkpoint and gets the current weights right away
-        llm_cfg = OmegaConf.to_container(cfg.llm, resolve=True)
+        llm_cfg = asdict(inputs.rollout_llm)
         llm_cfg["model"] = self.init_path
         llm_cfg["init"] = p.policy_init  # random: the engine's own draw is replaced by the policy's right below
         self.engine = RolloutEngine(llm_cfg, self.run_dir, sync=p.rollout_sync, sleep=p.rollout_sleep)
         if self.resume_from is not None or p.policy_init == "random":
             self.engine.sync(self._policy_weights(), self.tokenizer)
-        self.env = CrawlEnv(self.res.store, self.search, self.env_cfg, tokenizer=self.engine.tokenizer)
+        self.env = CrawlEnv(self.store, self.search, self.env_cfg, tokenizer=self.engine.tokenizer)
         self.sampler = QuerySampler(len(self.train_queries), p.seed)
         self.expand_rng = random.Random(p.seed * 7919 + self.rank)
         if self.resume_from is not None:
@@ -381,138 +225,14 @@ class PPOTrainer:
 
         from scholar_agents.train.ppo.run_log import RunLog
 
-        self.logger = RunLog(self.run_dir, enabled=acc.is_main_process,
-                             wandb_cfg=(cfg.get("logging") or {}).get("wandb"),
-                             config=OmegaConf.to_container(cfg, resolve=True), resume_step=self.start_step,
-                             wandb_id=state.get("wandb_id"), run_name=f"crawler_ppo_alpha{p.alpha}")
+        self.logger = RunLog(self.run_dir, enabled=acc.is_main_process, wandb_cfg=inputs.wandb, config=inputs.config,
+                             resume_step=self.start_step, wandb_id=state.get("wandb_id"),
+                             run_name=f"crawler_ppo_alpha{p.alpha}")
         log.info("PPO: rank %d/%d on %s, bf16 autocast %s, %d training / %d held-out queries, start at step %d%s",
                  self.rank, self.world, self.device, self.bf16, len(self.train_queries), len(self.eval_queries),
                  self.start_step, f" (resumed from {self.resume_from})" if self.resume_from else "")
 
     # ---- set-up ----
-
-    def _deepspeed_config(self) -> dict | None:
-        """``ppo.deepspeed``'s JSON with every "auto" filled (see :mod:`.deepspeed_config`)."""
-        p = self.pcfg
-        if p.ref_offload and not p.deepspeed:
-            raise ValueError("ppo.ref_offload=true offloads the reference's ZeRO-3 shards: set "
-                             "ppo.deepspeed=${sa_pkg:}/conf/deepspeed/zero3.json, or ppo.ref_offload=false")
-        if not p.deepspeed:
-            return None
-        try:
-            import deepspeed  # noqa: F401
-        except ImportError as e:
-            raise ImportError("ppo.deepspeed needs DeepSpeed: pip install 'scholar-agents[deepspeed]' (CPU) or "
-                              "'scholar-agents[gpu]'") from e
-        from transformers import AutoConfig
-
-        ds = load_deepspeed_json(p.deepspeed)
-        if p.ref_offload and zero_stage(ds) != 3:
-            raise ValueError(f"ppo.ref_offload=true needs ZeRO-3; {p.deepspeed} is stage {zero_stage(ds)}")
-        hidden = AutoConfig.from_pretrained(str(self.init_path)).hidden_size
-        return fill_deepspeed_config(ds, p, hidden, world_size=int(os.environ.get("WORLD_SIZE", "1")))
-
-    def _tokenizer(self):
-        from transformers import AutoTokenizer
-
-        saved = self.resume_from / "policy" if self.resume_from else None
-        path = saved if saved is not None and (saved / "tokenizer_config.json").exists() else self.init_path
-        tok = AutoTokenizer.from_pretrained(str(path))
-        if tok.pad_token_id is None:
-            tok.pad_token = tok.eos_token
-        return tok
-
-    def _load_causal_lm(self, path, init: str = "pretrained"):
-        from scholar_agents.llm.model_init import load_causal_lm
-
-        kwargs = {"dtype": _dtype(self.pcfg.model_dtype)}
-        if self._attn_implementation():
-            kwargs["attn_implementation"] = self._attn_implementation()
-        return load_causal_lm(path, init, seed=self.pcfg.seed, **kwargs)  # init: ppo.policy_init
-
-    def _attn_implementation(self) -> str | None:
-        """ppo.attn_implementation resolved (``auto``: flash attention where it imports, else sdpa; logged once)."""
-        from scholar_agents.llm.attention import resolve_attn_implementation
-
-        return resolve_attn_implementation(self.pcfg.attn_implementation, "ppo.attn_implementation")
-
-    def _build_models(self) -> PolicyAndValue:
-        from scholar_agents.llm.factory import resolve_model_path
-
-        p = self.pcfg
-        saved = self.resume_from
-        if p.lora.enabled:
-            from peft import LoraConfig, PeftModel, get_peft_model
-
-            base = self._load_causal_lm(self.init_path, p.policy_init)
-            if saved is not None:
-                policy = PeftModel.from_pretrained(base, str(saved / "policy"), is_trainable=True)
-            else:
-                t = p.lora.target_modules
-                policy = get_peft_model(base, LoraConfig(r=p.lora.r, lora_alpha=p.lora.alpha,
-                                                         lora_dropout=p.lora.dropout,
-                                                         target_modules=t if isinstance(t, str) else list(t),
-                                                         task_type="CAUSAL_LM"))
-        else:
-            policy = (self._load_causal_lm(saved / "policy") if saved is not None
-                      else self._load_causal_lm(self.init_path, p.policy_init))
-        value_init = resolve_model_path(p.value_model) if p.value_model else self.init_path
-        model = build_value(p.value_head, policy, value_init, _dtype(p.model_dtype), seed=p.seed,
-                            saved_dir=saved / "value" if saved is not None else None,
-                            attn_implementation=self._attn_implementation(), init=p.policy_init)
-        if p.gradient_checkpointing:
-            policy.gradient_checkpointing_enable()
-            if model.value is not None:
-                model.value.backbone.gradient_checkpointing_enable()
-        # ZeRO-3: the parameters are already partitioned on their device by zero.Init
-        return model if self.zero3 else model.to(self.device)
-
-    def _build_ref(self):
-        """π_sft, frozen. With LoRA it is the policy with its adapter disabled (see :meth:`_ref_logits`). Under
-        ZeRO-3 it is sharded too, in an inference-only DeepSpeed engine (no optimizer; TRL's ``prepare_deepspeed``),
-        its shards in CPU memory with ``ppo.ref_offload``; otherwise a whole copy on every device."""
-        if self.pcfg.lora.enabled and self.ref_path == self.init_path:
-            return None
-        if not self.zero3:
-            ref = self._load_causal_lm(self.ref_path, self.pcfg.policy_init).to(self.device)
-            ref.eval()
-            ref.requires_grad_(False)
-            return ref
-        import deepspeed
-
-        ref_cfg = reference_config(self.ds_config, offload=self.pcfg.ref_offload)
-        with zero3_init(ref_cfg):  # zero.Init reads offload_param: the shards are created in CPU memory
-            ref = self._load_causal_lm(self.ref_path, self.pcfg.policy_init)
-        ref.requires_grad_(False)
-        engine = deepspeed.initialize(model=ref, config=ref_cfg)[0]
-        engine.eval()
-        offload = engine.zero_offload_param()  # the engine's own reading of the config
-        log.info("reference π_sft: ZeRO-%d inference engine, parameter shards %s", engine.zero_optimization_stage(),
-                 f"offloaded to {offload.device} memory" if offload else f"on {self.device}")
-        return engine
-
-    def _build_optimizer(self):
-        p = self.pcfg
-        model = self.model
-        policy_params = [q for q in model.policy.parameters() if q.requires_grad]
-        value_params = list(model.value.parameters() if model.value is not None else model.value_head.parameters())
-        self.policy_params, self.value_params = policy_params, value_params
-        opt = torch.optim.AdamW([
-            {"params": policy_params, "lr": p.lr, "name": "policy"},
-            {"params": value_params, "lr": p.value_lr or p.lr, "name": "value"},
-        ], lr=p.lr, weight_decay=p.weight_decay)
-        freeze, warm = p.policy_freeze_steps, p.warmup_steps
-
-        def policy_lr(step: int) -> float:  # §5.1: the policy is frozen while the value model warms up
-            if step < freeze:
-                return 0.0
-            return min(1.0, (step - freeze + 1) / warm) if warm else 1.0
-
-        def value_lr(step: int) -> float:
-            return min(1.0, (step + 1) / warm) if warm else 1.0
-
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, [policy_lr, value_lr])
-        return opt, sched
 
     def _policy(self):
         return self.accelerator.unwrap_model(self.model).policy
@@ -556,9 +276,9 @@ class PPOTrainer:
         logp_old: list = [None] * len(samples)
         logp_ref: list = [None] * len(samples)
         values: list = [None] * len(samples)
-        chunks = _chunks(order, p.score_batch_size)
-        for r in range(self._forward_rounds(len(chunks))):
-            idx = chunks[r] if r < len(chunks) else []
+        batches = chunks(order, p.score_batch_size)
+        for r in range(self._forward_rounds(len(batches))):
+            idx = batches[r] if r < len(batches) else []
             b = pack([(samples[i].prompt_ids, samples[i].response_ids) for i in idx], self.tokenizer.pad_token_id,
                      self.device) if idx else self._dummy_batch()
             with self._autocast():
@@ -593,9 +313,9 @@ class PPOTrainer:
         prompts = {k: self.engine.llm.prompt_token_ids(self.env.state_messages(k[0], k[1])) for k in keys}
         value_of: dict = {}
         order = sorted(keys, key=lambda k: len(prompts[k]))
-        chunks = _chunks(order, self.pcfg.score_batch_size)
-        for r in range(self._forward_rounds(len(chunks))):
-            chunk = chunks[r] if r < len(chunks) else []
+        batches = chunks(order, self.pcfg.score_batch_size)
+        for r in range(self._forward_rounds(len(batches))):
+            chunk = batches[r] if r < len(batches) else []
             b = pack([(prompts[k], []) for k in chunk], self.tokenizer.pad_token_id, self.device) if chunk \
                 else self._dummy_batch()
             with self._autocast():
@@ -646,14 +366,12 @@ class PPOTrainer:
         t0 = time.perf_counter()
         n_children = self._child_values(samples)
         logp_old, logp_ref, values = self._score(samples, frozen)
-        targets = [session_targets(s, lo, lr, v, self.pcfg)
-                   for s, lo, lr, v in zip(samples, logp_old, logp_ref, values)]
+        targets = self.estimator.targets(samples, logp_old, logp_ref, values, self.pcfg)
         if init_value:  # every rank, sessions or not: the shift and the re-scoring are collectives
             self._shift_value_bias(targets, values)
             n_children = self._child_values(samples)
             logp_old, logp_ref, values = self._score(samples, frozen)
-            targets = [session_targets(s, lo, lr, v, self.pcfg)
-                       for s, lo, lr, v in zip(samples, logp_old, logp_ref, values)]
+            targets = self.estimator.targets(samples, logp_old, logp_ref, values, self.pcfg)
         if self.pcfg.normalize_advantages and targets:
             allv = np.concatenate([t.advantages for t in targets])
             mu, sd = allv.mean(), allv.std() + 1e-8
@@ -733,7 +451,7 @@ class PPOTrainer:
             tokens = self._minibatch_tokens(minibatches, samples, targets)
             for k, mb in enumerate(minibatches):
                 n_tokens, n_value_tokens = tokens[k]
-                micros = [(m, 1.0) for m in _chunks(mb, p.forward_batch_size)]
+                micros = [(m, 1.0) for m in chunks(mb, p.forward_batch_size)]
                 if self.deepspeed:
                     # DeepSpeed counts backward passes to find its accumulation boundary: every process runs exactly
                     # grad_accum of them, padding with zero-weight repeats (a dummy batch on a process with no
@@ -910,10 +628,10 @@ class PPOTrainer:
         rows: list[dict] = []
         trajs: list[dict] = []
         if mine:
-            env = CrawlEnv(self.res.store, self.search, self.env_cfg, tokenizer=self.engine.tokenizer)
+            env = CrawlEnv(self.store, self.search, self.env_cfg, tokenizer=self.engine.tokenizer)
             agent = PaSaAgent(env, self.engine.crawler(self.eval_policy), None, AgentConfig(use_selector=False))
             results = agent.run(mine, progress=False)
-            rows = agent_rows(results, mine, gold_in_store(mine, self.res.store))
+            rows = agent_rows(results, mine, gold_in_store(mine, self.store))
             trajs = [t.to_dict() for r in results for t in r.trajectories]
         rows = gather_in_rank_order(rows)
         trajs = gather_in_rank_order(trajs)

@@ -14,7 +14,7 @@ from scholar_agents.hydra_app import compose
 from scholar_agents.pasa.trajectory import SessionRecord
 from scholar_agents.train.ppo.config import to_ppo_config
 from scholar_agents.train.ppo.rollout import ActionStep, SessionSample
-from scholar_agents.train.ppo.trainer import session_targets
+from scholar_agents.train.ppo.estimators import session_targets
 
 # one session, 5 response tokens: a [Search] on tokens 0-2 (reward 2.9, the papers it added have Σ V̂ = 1.0),
 # then [Stop] on tokens 3-4 (reward 0)

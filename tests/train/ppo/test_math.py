@@ -8,7 +8,7 @@ import torch
 
 from scholar_agents.train.ppo.losses import explained_variance, policy_loss, total_loss, value_loss
 from scholar_agents.train.ppo.rewards import RewardConfig, action_reward, match_indicators
-from scholar_agents.train.ppo.session_returns import (
+from scholar_agents.train.ppo.estimators import (
     action_kl,
     advantages,
     gae,

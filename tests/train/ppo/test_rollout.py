@@ -22,8 +22,8 @@ from scholar_agents.train.ppo.rollout import (
     gold_sets,
     reward_stats,
 )
-from scholar_agents.train.ppo.session_returns import session_returns
-from scholar_agents.train.ppo.trainer import session_targets
+from scholar_agents.train.ppo.estimators import session_returns
+from scholar_agents.train.ppo.estimators import session_targets
 from tests.fixtures.crawl import QUERY
 from tests.paths import TEST_ASSETS
 

@@ -3,7 +3,7 @@ round trips (safetensors), and the padding layout PPO reads values and log-probs
 
 import torch
 
-from scholar_agents.train.ppo.trainer import pack, response_logprobs, response_values
+from scholar_agents.train.ppo.tensors import pack, response_logprobs, response_values
 from scholar_agents.train.ppo.value_model import PolicyAndValue, ValueModel, build_value
 
 

