@@ -85,18 +85,28 @@ def apply_wandb_mode(cfg: DictConfig) -> str:
 @contextmanager
 def task_environment(cfg: DictConfig):
     """The process environment a task runs in, set in ONE place for every entry point: the distributed
-    variables (``preemption.export_torch_distributed_env``: Slurm task, torchrun, or a world of one) and the
-    wandb mode. Restored afterwards, so in-process callers (tests, notebooks) do not leak RANK / WANDB_MODE into
+    variables (``preemption.export_torch_distributed_env``: Slurm task, torchrun, or a world of one), the network
+    interface and NCCL's log level (``preemption.export_network_env``: ``cluster.socket_ifname`` as
+    NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME, NCCL_DEBUG=WARN; never over what the user exported) and the wandb mode.
+    Everything is restored afterwards, so in-process callers (tests, notebooks) do not leak RANK / WANDB_MODE into
     later work (a Slurm job submitted later inherits the environment)."""
-    from scholar_agents.runtime.preemption import TORCH_DIST_VARS, export_torch_distributed_env
+    from scholar_agents.runtime.preemption import (
+        NETWORK_VARS,
+        TORCH_DIST_VARS,
+        export_network_env,
+        export_torch_distributed_env,
+    )
 
-    keys = (*TORCH_DIST_VARS, "WANDB_MODE")
+    keys = (*TORCH_DIST_VARS, *NETWORK_VARS, "WANDB_MODE")
     saved = {k: os.environ.get(k) for k in keys}
     try:
         how = export_torch_distributed_env()
-        log.info("distributed environment (%s): rank %s of %s, local rank %s, rendezvous %s:%s; wandb %s", how,
-                 os.environ.get("RANK"), os.environ.get("WORLD_SIZE"), os.environ.get("LOCAL_RANK"),
-                 os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT"), apply_wandb_mode(cfg))
+        cluster = cfg.get("cluster") if isinstance(cfg, DictConfig) else None
+        export_network_env(cluster.get("socket_ifname") if cluster is not None else None)
+        log.info("distributed environment (%s): rank %s of %s, local rank %s, rendezvous %s:%s, network %s; "
+                 "wandb %s", how, os.environ.get("RANK"), os.environ.get("WORLD_SIZE"), os.environ.get("LOCAL_RANK"),
+                 os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT"),
+                 " ".join(f"{k}={os.environ[k]}" for k in NETWORK_VARS if os.environ.get(k)), apply_wandb_mode(cfg))
         yield
     finally:
         for k, v in saved.items():

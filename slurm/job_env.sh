@@ -39,6 +39,11 @@ export PYTHONUNBUFFERED=1
 # the process group's timeout, cluster.dist_timeout_minutes (120; NCCL's own default is 10): long enough for rank 0
 # building the index or writing a checkpoint while the others wait (docs/cluster.md, "NCCL, timeouts and rank-0 work").
 export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
+# NCCL says why a connection or a collective failed (NCCL_DEBUG=INFO for a rerun of a hang: docs/cluster.md,
+# "When a job hangs"). The network interface is cluster.socket_ifname, which every scholar process exports as
+# NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME (hydra_app.task_environment). Export those two before sbatch to reach the
+# processes this shell starts itself too (the Selector's vLLM server); an exported value always wins.
+export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}"
 
 # One directory per job (array tasks: per task), the same after every requeue.

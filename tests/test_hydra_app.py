@@ -1,5 +1,6 @@
 """The one place every entry point's process environment is set (hydra_app.task_environment): the distributed
-variables DeepSpeed / torch.distributed read, and the wandb mode from the composed config."""
+variables DeepSpeed / torch.distributed read, the network interface NCCL / gloo use, and the wandb mode from the
+composed config."""
 
 from __future__ import annotations
 
@@ -68,6 +69,36 @@ def test_wandb_mode_from_the_config_reaches_the_sft_and_ppo_loggers(monkeypatch,
     monkeypatch.delenv("WANDB_MODE")
     assert compose("train_crawler_ppo").logging.wandb.mode == "offline"
     assert apply_wandb_mode(compose("train_crawler_ppo", ["logging.wandb.enabled=false"])) == "disabled"
+
+
+NETWORK_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_DEBUG")
+
+
+def test_cluster_socket_ifname_reaches_nccl_and_gloo_without_overriding_the_user(monkeypatch):
+    """`cluster.socket_ifname` is exported as NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME, NCCL_DEBUG=WARN by default;
+    what the user exported wins; NCCL's ^/= syntax goes to NCCL only; everything is restored after the task."""
+    from scholar_agents.hydra_app import task_environment
+
+    for var in (*NETWORK_VARS, *DIST_VARS):
+        monkeypatch.setenv(var, "")  # set-then-delete: monkeypatch restores their absence (task_environment sets RANK)
+        monkeypatch.delenv(var)
+
+    def inside(*overrides: str) -> dict:
+        with task_environment(compose("slurm_probe", list(overrides))):
+            return {k: os.environ.get(k) for k in NETWORK_VARS}
+
+    assert inside() == {"NCCL_SOCKET_IFNAME": None, "GLOO_SOCKET_IFNAME": None, "NCCL_DEBUG": "WARN"}
+    assert inside("cluster=h100_80gb", "cluster.socket_ifname=ib0") == {
+        "NCCL_SOCKET_IFNAME": "ib0", "GLOO_SOCKET_IFNAME": "ib0", "NCCL_DEBUG": "WARN"}
+    assert not any(k in os.environ for k in (*NETWORK_VARS, "RANK"))  # restored
+    assert inside("cluster.socket_ifname='^docker0,lo'") == {
+        "NCCL_SOCKET_IFNAME": "^docker0,lo", "GLOO_SOCKET_IFNAME": None, "NCCL_DEBUG": "WARN"}
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "eth1")
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    assert inside("cluster.socket_ifname=ib0") == {
+        "NCCL_SOCKET_IFNAME": "eth1", "GLOO_SOCKET_IFNAME": "ib0", "NCCL_DEBUG": "INFO"}
+    assert (os.environ["NCCL_SOCKET_IFNAME"], os.environ["NCCL_DEBUG"]) == ("eth1", "INFO")
+    assert "GLOO_SOCKET_IFNAME" not in os.environ
 
 
 def _wait_for(path: Path, text: str, proc: subprocess.Popen, timeout: float) -> None:

@@ -5,6 +5,7 @@ Free of heavy imports: every root config composes it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 
 @dataclass
@@ -23,6 +24,13 @@ class ClusterConfig:
     # ~30 GB ZeRO-3 checkpoint write. Our choice: 120, for the paper-scale PPO; torch's defaults (NCCL 10 min, gloo
     # 30) kill such jobs under TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (slurm/job_env.sh). A hung job still dies, later.
     dist_timeout_minutes: float = 120.0
+    # The network interface NCCL and gloo open their sockets on, e.g. ib0 or eth0 (`ip -br addr` on a node). Every
+    # scholar process exports it as NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME (hydra_app.task_environment), where
+    # the user has not exported them already. Comma-separated names work for both. NCCL's ^/= prefixes (exclude,
+    # exact) go to NCCL only, because gloo takes interface names only. null = the libraries pick one themselves,
+    # which a node with docker0 or several NICs can get wrong, and the job then hangs at its first collective
+    # (docs/cluster.md, "When a job hangs").
+    socket_ifname: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.nodes < 1:

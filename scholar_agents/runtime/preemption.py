@@ -157,6 +157,31 @@ def export_torch_distributed_env(port_base: int = 20000) -> str:
     return "single"
 
 
+# What NCCL and gloo read to choose their network interface, and NCCL's log level (docs/cluster.md, "When a job
+# hangs"). export_network_env sets them; hydra_app.task_environment restores them after an in-process task.
+NETWORK_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_DEBUG")
+
+
+def export_network_env(socket_ifname: Optional[str] = None) -> dict[str, str]:
+    """Export ``cluster.socket_ifname`` as ``NCCL_SOCKET_IFNAME`` and ``GLOO_SOCKET_IFNAME``, and set
+    ``NCCL_DEBUG=WARN``, so that NCCL prints why a connection or a collective failed. A variable the user has
+    already exported (non-empty) is never overridden. A value in NCCL's own syntax (``^docker0``: all but that one;
+    ``=eth0``: exactly that one) goes to NCCL only, because gloo looks up each comma-separated name as an interface
+    (torch 2.13 with ``GLOO_SOCKET_IFNAME=^docker0``: "Unable to find address for: ^docker0"). Returns the
+    variables it set."""
+    wanted = {"NCCL_DEBUG": "WARN"}
+    if socket_ifname:
+        wanted["NCCL_SOCKET_IFNAME"] = str(socket_ifname)
+        if str(socket_ifname).startswith(("^", "=")):
+            log.warning("cluster.socket_ifname=%s is NCCL's syntax; gloo takes interface names only: "
+                        "GLOO_SOCKET_IFNAME left as it is", socket_ifname)
+        else:
+            wanted["GLOO_SOCKET_IFNAME"] = str(socket_ifname)
+    exported = {k: v for k, v in wanted.items() if not os.environ.get(k)}
+    os.environ.update(exported)
+    return exported
+
+
 def requeue_slurm_job(job_id: Optional[str] = None, timeout_s: float = 60.0) -> bool:
     """``scontrol requeue <job>``; True when Slurm accepted it. A job already being requeued by the scheduler
     (preemption, an admin's ``scontrol requeue``) rejects a second request: logged, not raised."""

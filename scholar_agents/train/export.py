@@ -1,7 +1,8 @@
 """``scholar train export export.source=<training output>``: one HF safetensors directory to serve (vLLM) or share.
 
 Sources it understands (the directory layouts our trainers write):
-- an SFT output dir (``sft.output_dir``: ``checkpoint-N/`` + ``final/``) -> ``final/``, else the newest checkpoint;
+- an SFT output dir (``sft.output_dir``: ``checkpoint-N/`` + ``final/``) -> ``final/``, else the newest complete
+  checkpoint;
 - an SFT ``final/`` or ``checkpoint-N/``: a full model, or a PEFT LoRA adapter (``sft.lora.merge_on_save=false``,
   ZeRO-3, or an intermediate checkpoint of a LoRA run);
 - a PPO run dir, its ``checkpoints/`` root or one ``step_NNNNNN/`` (``train/ppo/checkpoint.py``) -> ``policy/``
@@ -132,7 +133,8 @@ def _ppo_checkpoint_root(d: Path) -> Optional[Path]:
 def resolve_source(source: str | Path, base_model: Optional[str] = None) -> Source:
     """Find the model directory inside a training output (see the module docstring)."""
     from scholar_agents.train.ppo.checkpoint import COMPLETE, latest_checkpoint
-    from scholar_agents.train.sft import FINAL_DIRNAME, last_checkpoint
+    from scholar_agents.train.sft import FINAL_DIRNAME
+    from scholar_agents.train.sft_checkpoints import last_checkpoint
 
     given = Path(source).expanduser().resolve()
     if not given.is_dir():
@@ -233,7 +235,7 @@ def collect_run_records(src: Source, run_dir: Optional[str | Path] = None) -> di
     SFT: ``final/SFT_DONE.json`` (summary), the newest ``checkpoint-N/trainer_state.json`` (log history);
     PPO: the step's ``trainer_state.json`` (config, step), the run dir's ``metrics.json`` / ``metrics.jsonl``;
     both: the Hydra run dir's ``.hydra/config.yaml`` (``export.run_dir`` when it is elsewhere)."""
-    from scholar_agents.train.sft import last_checkpoint
+    from scholar_agents.train.sft_checkpoints import last_checkpoint
 
     dirs = ([Path(run_dir).expanduser().resolve()] if run_dir else []) + src.record_dirs
     found: dict[str, Path] = {}

@@ -17,10 +17,13 @@ Loss masking (``loss_on``), the switch the issue asks to make robust:
   P(True) / (P(True) + P(False)); nothing else is supervised.
 
 Checkpoints go to a STABLE directory (``output_dir``: ``checkpoint-N/`` then ``final/``), so a re-run with
-``resume=true`` (default) continues from the last checkpoint — the official code wiped its output directory. The
-root configs default it to ``checkpoints/<run_name>`` for a single run and to the job's own sweep subdir in a
-multirun (``hydra_app.job_dir``). A preemption signal (SIGTERM / SIGUSR1 / SIGUSR2) makes the Trainer checkpoint
-at the end of its step and the job exit 75 for requeue; the requeued run resumes in the same wandb run.
+``resume=true`` (default) continues from the newest COMPLETE checkpoint — the official code wiped its output
+directory. A checkpoint is complete once ``checkpoint-N/COMPLETE`` is written after the Trainer's save; a partial one
+(a job killed while saving) is skipped with a log line and moved to ``output_dir/partial/``
+(``train/sft_checkpoints.py``). The root configs default ``output_dir`` to ``checkpoints/<run_name>`` for a single
+run and to the job's own sweep subdir in a multirun (``hydra_app.job_dir``). A preemption signal (SIGTERM / SIGUSR1 /
+SIGUSR2) makes the Trainer checkpoint at the end of its step and the job exit 75 for requeue; the requeued run
+resumes in the same wandb run.
 ``final/`` is a plain HF directory (weights + tokenizer + chat template + generation config; LoRA merged) that the
 Selector, the Crawler and ``vllm serve`` load directly.
 
@@ -292,12 +295,6 @@ def wandb_run_id(output_dir: Path) -> Optional[str]:
     return run_id
 
 
-def last_checkpoint(output_dir: Path) -> Optional[str]:
-    from transformers.trainer_utils import get_last_checkpoint
-
-    return get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # the recipe
 
@@ -513,8 +510,10 @@ def run_sft(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = 
         summary = json.loads((final_dir / DONE_MARKER).read_text())
         log.info("%s already finished (%s); nothing to do (resume=true)", final_dir, DONE_MARKER)
         return {**summary, "skipped": True}
-    resume_from = last_checkpoint(output_dir) if cfg.resume else None
-    if not cfg.resume and last_checkpoint(output_dir):
+    from scholar_agents.train.sft_checkpoints import checkpoint_dirs, checkpoint_to_resume, marker_callback
+
+    resume_from = checkpoint_to_resume(output_dir) if cfg.resume else None  # the newest COMPLETE checkpoint-N
+    if not cfg.resume and checkpoint_dirs(output_dir):
         raise ValueError(f"{output_dir} already holds checkpoints; pass sft.resume=true to continue them or choose "
                          f"another sft.output_dir / sft.run_name (nothing is deleted for you)")
 
@@ -530,6 +529,7 @@ def run_sft(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = 
         log.info("process group: %s; model on %s", collectives.describe(dist_timeout_minutes), trainer.args.device)
         preempted = trainer_callback(handler)
         trainer.add_callback(preempted)
+        trainer.callback_handler.callbacks.insert(0, marker_callback())  # checkpoint-N/COMPLETE right after a save
         from scholar_agents.runtime.cuda_memory import peak_memory_callback
 
         trainer.callback_handler.callbacks.insert(0, peak_memory_callback())  # first: the reporters see its keys

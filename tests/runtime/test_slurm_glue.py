@@ -114,6 +114,19 @@ def test_export_torch_distributed_env_single_process(no_slurm, monkeypatch):
     assert preemption.export_torch_distributed_env() == "preset" and env["RANK"] == "3"
 
 
+def test_job_env_sets_nccl_debug_to_warn_unless_the_user_chose(no_slurm):
+    """slurm/job_env.sh (sourced by every sbatch template) exports NCCL_DEBUG=WARN, and keeps a value exported
+    before sbatch (NCCL_DEBUG=INFO for a rerun of a hang)."""
+    env = {**no_slurm, "SCHOLAR_DRY_RUN": "1", "SCHOLAR_REPO": str(REPO), "SCHOLAR_VENV": sys.prefix}
+    env.pop("NCCL_DEBUG", None)
+    script = f'source {REPO}/slurm/job_env.sh\nbash -c \'echo "NCCL_DEBUG=$NCCL_DEBUG"\'\n'
+    for exported, expect in ((None, "WARN"), ("INFO", "INFO")):
+        out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
+                             env=env if exported is None else {**env, "NCCL_DEBUG": exported})
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip().splitlines()[-1] == f"NCCL_DEBUG={expect}"
+
+
 def test_requeue_glue_forwards_batch_shell_signal_as_sigterm(no_slurm, tmp_path):
     """What `--signal=B:USR1@120` does: only the batch shell gets USR1; the glue must pass SIGTERM to the step."""
     step = tmp_path / "step.py"

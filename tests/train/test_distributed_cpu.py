@@ -114,6 +114,8 @@ def test_selector_sft_two_processes_match_one(sft_single, tiny_model_dir, tmp_pa
     torchrun(args, tmp_path / "run", tmp_path / "torchrun.log")
     two = json.loads((tmp_path / "run" / "sft_summary.json").read_text())
     assert two["world_size"] == 2 and two["effective_batch"] == 4 and two["global_step"] == 3
+    # the end-of-run checkpoint got its marker once both ranks had saved (train/sft_checkpoints.py)
+    assert (tmp_path / "ckpt" / "checkpoint-3" / "COMPLETE").read_text().strip() == "3"
     # DeepSpeed's communication backend announces itself; plain DDP never starts it.
     assert ("deepspeed_shm_comm" in (tmp_path / "torchrun.log").read_text()) == bool(deepspeed)
     # the HF Trainer started the group with cluster.dist_timeout_minutes (ddp_timeout), on each rank
