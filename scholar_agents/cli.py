@@ -34,7 +34,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("pasa", "search"): ("scholar_agents.pasa.commands:search", "pasa_search", "PaSa end to end: crawl (search + citation expansion), Selector ranking; JSON + table, ensembles"),
     ("pasa", "serve"): ("scholar_agents.pasa.serve.command:serve", "pasa_serve", "the PaSa agent in a local web page: live search (streamed crawl, ranked list), crawl trees, run comparison"),
     ("train", "crawler_sft"): ("scholar_agents.train.crawler_sft:crawler_sft", "train_crawler_sft", "imitation learning for the PaSa Crawler on Table 8 sessions (TRL SFT, response-only loss)"),
-    ("train", "export"): ("scholar_agents.train.export:train_export", "train_export", "merge LoRA, write an HF safetensors dir + tokenizer/chat template/generation config/model card, check it loads (optional hub push)"),
+    ("train", "export"): ("scholar_agents.train.export.command:train_export", "train_export", "merge LoRA, write an HF safetensors dir + tokenizer/chat template/generation config/model card, check it loads (optional hub push)"),
     ("train", "crawler_ppo"): ("scholar_agents.train.crawler_ppo:crawler_ppo", "train_crawler_ppo", "session-level PPO for the PaSa Crawler with the Selector as auxiliary reward (Eqs. 1-8, resumable, torchrun)"),
     ("eval", "pasa"): ("scholar_agents.eval.pasa:pasa", "eval_pasa", "PaSa crawler recall / precision / recall@k vs search-only and paraphrase baselines, ablations"),
     ("plan", "crawler_ppo"): ("scholar_agents.plan.commands:plan", "plan", "per-GPU memory plan of `train crawler_ppo` with the same overrides (cluster=<name>); exits 1 naming the fix if it does not fit"),

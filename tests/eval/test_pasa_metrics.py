@@ -3,10 +3,11 @@
 import pytest
 
 from scholar_agents.eval.bootstrap import BootstrapConfig
-from scholar_agents.eval.pasa import markdown_table, summarize
 from scholar_agents.eval.pasa_metrics import (
     agent_metrics, mean_metrics, precision, recall, recall_at_k,
 )
+from scholar_agents.eval.pasa_report import markdown_table
+from scholar_agents.eval.pasa_stats import summarize
 
 GOLD = ["1111.0001", "2222.0002v3", "3333.0003", "4444.0004"]
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from scholar_agents.eval.pasa import CandidateCounter, row_specs, settings_of
+from scholar_agents.eval.pasa_rows import CandidateCounter, row_specs, settings_of
 from scholar_agents.hydra_app import compose
 from scholar_agents.papers.paper import Paper
 from scholar_agents.papers.store import PaperStore

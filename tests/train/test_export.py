@@ -14,7 +14,9 @@ from omegaconf import OmegaConf
 
 from scholar_agents.hydra_app import compose
 from scholar_agents.pasa.prompts import crawler_search_messages, selector_messages, selector_target
-from scholar_agents.train.export import resolve_source, train_export, validation_prompts
+from scholar_agents.train.export.command import train_export
+from scholar_agents.train.export.sources import resolve_source
+from scholar_agents.train.export.validate import validation_prompts
 from scholar_agents.train.selector_sft import selector_sft
 
 QUERIES = ["Which papers learn 3D features from CLIP?", "Any works about weight decay?"]
