@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from omegaconf import MISSING, OmegaConf
+from omegaconf import MISSING
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 EXPORT_REPORT = "export_report.json"
@@ -47,10 +47,9 @@ class ExportConfig:
 
 
 def to_export_config(node: Any) -> ExportConfig:
-    if isinstance(node, ExportConfig):
-        cfg = node
-    else:
-        cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ExportConfig), node))
+    from scholar_agents.typed_config import typed
+
+    cfg = typed(ExportConfig, node, "export")
     if cfg.dtype not in DTYPES:
         raise ValueError(f"export.dtype must be one of {DTYPES}, got {cfg.dtype!r}")
     if cfg.push and not cfg.hub_repo_id:

@@ -617,7 +617,8 @@ class PPOTrainer:
         consecutive share of the queries (:func:`split_even`) on its own engine; rank 0 gathers the per-query rows in
         query order and summarises them — the same rows and metrics as one process crawling them all, in a
         ``world``-th of the time, and no rank waits alone for the whole split."""
-        from scholar_agents.eval.pasa import agent_rows, gold_in_store, summarize
+        from scholar_agents.eval.pasa_rows import agent_rows, gold_in_store
+        from scholar_agents.eval.pasa_stats import summarize
         from scholar_agents.pasa.agent import AgentConfig, PaSaAgent
         from scholar_agents.pasa.crawl_env import CrawlEnv
 
