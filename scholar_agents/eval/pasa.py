@@ -40,7 +40,6 @@ from tqdm.auto import tqdm
 
 from scholar_agents.eval.bootstrap import BootstrapConfig
 from scholar_agents.eval.pasa_report import write_report
-# agent_rows, gold_in_store and summarize are also imported from here by train/ppo/trainer.py (its held-out eval)
 from scholar_agents.eval.pasa_rows import (
     CandidateCounter, RowSpec, agent_rows, gold_in_store, row_specs, search_rows, settings_of, teacher_rows,
 )
