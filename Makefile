@@ -48,12 +48,14 @@ bench: setup
 
 # The one-GPU check (docs/cluster.md "One-H100 check"): probe, PPO and SFT under torchrun on one GPU, measured per
 # phase beside `scholar plan`; it refuses to start without CUDA (never a silent CPU run): GPU_CHECK_PROFILE=cpu runs
-# its CPU twin. A bare GPU image lacks hydra, deepspeed, trl
-# and more: they travel packed in .gpu_pack/site-packages.tar.xz, built by `make gpu-pack` where a registry is reachable.
+# its CPU twin; GPU_CHECK_BUDGET_S (default 480) bounds it: a run starts only if its planned seconds fit what is left.
+# A bare GPU image lacks hydra, deepspeed, trl and more: they travel packed in .gpu_pack/site-packages.tar.xz
+# (git-ignored), built by `make gpu-pack` where a package index is reachable and carried with the tree (device tool:
+# carry: [".gpu_pack"]). Without it the check runs only where those packages import, else says what to do: it never
+# builds the pack itself (the device machine has no package index).
 GPU_CHECK_OUT ?= outputs/gpu_check
 GPU_CHECK_PROFILE ?= gpu
 gpu-check:
-	@test -f .gpu_pack/site-packages.tar.xz || $(MAKE) gpu-pack
 	GPU_CHECK_PROFILE=$(GPU_CHECK_PROFILE) PYTHON=$(if $(wildcard $(PY)),$(PY),python3) bash scripts/gpu_check.sh $(GPU_CHECK_OUT)
 
 slurm-up:

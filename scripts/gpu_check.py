@@ -17,6 +17,22 @@ travels with the repo; the image has no Qwen or SmolLM2 tokenizer). The GPU shap
 152,064 — the embedding, the output head and the logits are a large share of the memory — so ids above the
 tokenizer's 1,024 decode to nothing; PPO trains on the generated ids, and a random policy writes no valid action,
 so every session is one response of ``max_new_tokens`` tokens: fixed lengths, which is what a memory check wants.
+
+Budget (issue 38): the check fits one device command (at most 600 s) by construction. Every run has a planned time,
+an upper estimate of its whole ``torchrun`` (``PLAN_S``, one table per profile); the budget (``--budget-s`` or
+``GPU_CHECK_BUDGET_S``, default 480 s) counts from the moment ``gpu_check.sh`` started, its unpacking included. A
+run starts only if its plan fits what is left of the budget (``skip_reason``), and its plan is its timeout, so the
+last run ends by the budget: the worst case is the budget plus writing the report (and, after a kill, the worker's
+exit), 480 s + a few seconds at the default. A run whose plan does not fit is reported ``skipped (budget)``, never
+failed; the check exits 0 when every run that ran passed. Sum of the plans: 955 s for the GPU profile (670 s
+without the flash-attn and vLLM runs, which the lent image cannot run), so the tail runs only where the earlier ones
+come in under their plans; if every run took its whole plan, the probe, the 3 PPO runs and ``sft_full_2L`` would
+run (415 s; ``worst_case``). CPU twin: 570 s in all, 450 s without the vLLM run.
+
+The colocated-vLLM run (``tests/train/ppo/colocated_vllm_worker.py`` on one rank, the tiny model: sleep, wake,
+in-memory weight push, greedy generations equal to transformers') runs only where ``vllm`` imports; the lent image
+has none (``scripts/gpu_image_packages.txt``; vLLM's CUDA wheel is too large to travel), so there it is reported
+``skipped (vllm not importable on this image)``.
 """
 
 from __future__ import annotations
@@ -35,22 +51,34 @@ REPO = Path(__file__).resolve().parents[1]
 TOKENIZER_DIR = REPO / "tests" / "assets" / "tiny_tokenizer"
 QWEN_7B = REPO / "scholar_agents" / "assets" / "model_configs" / "qwen2.5-7b-instruct" / "config.json"
 ZERO3 = REPO / "scholar_agents" / "conf" / "deepspeed" / "zero3.json"
+VLLM_WORKER = REPO / "tests" / "train" / "ppo" / "colocated_vllm_worker.py"
 GIB = 2 ** 30
 
-# Budget on one H100 (<= 8 min in all): each torchrun start costs ~20-30 s of imports, DeepSpeed set-up and model
-# draws, so the run count is kept at 1 probe + 3 PPO + 4 SFT (+ 2 with flash-attn). Sizes: the 7B shape with 1, 2
-# and 3 decoder layers for PPO (1.3B, 1.6B, 1.8B parameters in the policy): it holds policy + value model with fp32
-# Adam states under ZeRO-3 at world size 1 (16 B per trained parameter) plus π_sft and the hf rollout engine in bf16,
-# and plans at 46 / 55 / 64 GiB of the 79.6 (4 layers: 72, too close to the card for a first run; `--plan-only`
-# prints them). SFT 2 and 6 layers (35 / 51 GiB full, 12 / 14 GiB LoRA). Lengths: 4 queries x 256-token responses (the
-# paper's max_new_tokens) on the sample's search prompts; SFT 4 x ~1024 tokens (the paper's max_length).
-BUDGET_S = {"gpu": 480, "cpu": 600}  # no run starts past it (the CPU twin takes ~2.5 min on 2 busy cores)
+# Sizes on one H100: the 7B shape with 1, 2 and 3 decoder layers for PPO (1.3B, 1.6B, 1.8B parameters in the
+# policy): it holds policy + value model with fp32 Adam states under ZeRO-3 at world size 1 (16 B per trained
+# parameter) plus π_sft and the hf rollout engine in bf16, and plans at 46 / 55 / 64 GiB of the 79.6 (4 layers: 72,
+# too close to the card for a first run; `--plan-only` prints them). SFT 2 and 6 layers (35 / 51 GiB full, 12 / 14 GiB
+# LoRA). Lengths: 4 queries x 256-token responses (the paper's max_new_tokens) on the sample's search prompts; SFT 4 x
+# ~1024 tokens (the paper's max_length). Each torchrun start costs ~20-30 s of imports, DeepSpeed set-up and model
+# draws, so the run count is kept at 1 probe + 3 PPO + 4 SFT (+ 2 with flash-attn, + 1 where vLLM imports).
 PROFILES = {
     "gpu": {"layers": [1, 2, 3], "sft_layers": [2, 6], "flash_layers": 2, "steps": 2, "dtype": "bfloat16",
-            "bf16": "true", "grad_ckpt": "true", "response": 256, "sft_len": 1024, "sft_batch": 4, "queries": 4,
-            "timeout": 240},
+            "bf16": "true", "grad_ckpt": "true", "response": 256, "sft_len": 1024, "sft_batch": 4, "queries": 4},
     "cpu": {"layers": [2], "sft_layers": [2], "flash_layers": None, "steps": 2, "dtype": "float32", "bf16": "false",
-            "grad_ckpt": "false", "response": 16, "sft_len": 256, "sft_batch": 2, "queries": 2, "timeout": 300},
+            "grad_ckpt": "false", "response": 16, "sft_len": 256, "sft_batch": 2, "queries": 2},
+}
+DEFAULT_BUDGET_S = 480  # a 600-s device command with 2 minutes to spare for unpacking, start-up and the report
+# Planned seconds per run: an upper estimate of its whole torchrun (start-up, set-up, the 2 steps, exit), which is
+# also its timeout. GPU: not yet measured on a GPU (docs/cluster.md "One-H100 check"; the report puts each run's
+# seconds beside its plan, to replace these): a torchrun start <= 30 s (above), plus for PPO the sample's store and
+# BM25 index, three models drawn and ZeRO-3 set up (<= 30 s), 2 steps of 256-token hf rollouts and the update
+# (<= 30 s); for SFT TRL's and datasets' set-up and 2 steps of 4 x 1024 tokens (<= 45 s); the probe's timeout was
+# 120 s and it took 13 s on CPU; vLLM's CUDA start-up <= 60 s. CPU: about 4x the twin's measured 13 / 35 / 32 s
+# (probe / PPO / SFT, docs/cluster.md, on 2 cores shared with ~8 busy processes) and 35 s for the vLLM run.
+PLAN_S = {
+    "gpu": {"slurm_probe": 60, "ppo_1L": 90, "ppo_2L": 90, "ppo_3L": 100, "sft_full_2L": 75, "sft_lora_2L": 75,
+            "sft_full_6L": 90, "sft_lora_6L": 90, "ppo_2L_flash": 90, "sft_full_2L_flash": 75, "colocated_vllm": 120},
+    "cpu": {"slurm_probe": 60, "ppo_2L": 150, "sft_full_2L": 120, "sft_lora_2L": 120, "colocated_vllm": 120},
 }
 PHASES = ("rollout", "score", "update")
 PPO_EPOCHS = 2  # PaSa Table 9
@@ -70,11 +98,49 @@ def profile_name(asked: str, plan_only: bool) -> str:
     return asked
 
 
+def run_list(p: dict, flash: bool) -> list[dict]:
+    """The check's runs in running order (``PLAN_S`` holds one plan per name): name, command, layers, attention,
+    LoRA, and the module a run needs beyond the check's own (reported as skipped where it does not import)."""
+    runs = [{"name": "slurm_probe", "command": "slurm_probe"}]
+    runs += [{"name": f"ppo_{n}L", "command": "crawler_ppo", "layers": n, "attn": "sdpa"} for n in p["layers"]]
+    runs += [{"name": f"sft_{'lora' if lora else 'full'}_{n}L", "command": "selector_sft", "layers": n, "attn": "sdpa",
+              "lora": lora} for n in p["sft_layers"] for lora in (False, True)]
+    if p["flash_layers"] and flash:
+        n = p["flash_layers"]
+        runs += [{"name": f"ppo_{n}L_flash", "command": "crawler_ppo", "layers": n, "attn": "flash_attention_2"},
+                 {"name": f"sft_full_{n}L_flash", "command": "selector_sft", "layers": n, "attn": "flash_attention_2",
+                  "lora": False}]
+    runs.append({"name": "colocated_vllm", "command": "colocated_vllm", "layers": 2, "needs": "vllm"})
+    return runs
+
+
+def skip_reason(plan_s: float, left_s: float, missing: str | None = None) -> str | None:
+    """The scheduling rule. None: start the run, with its plan as its timeout (so it ends within the budget); else
+    the status it is reported with: a module the run needs that this image lacks, or a plan longer than what is
+    left of the budget (such a run would be cut short and read as a failure, so it never starts)."""
+    if missing:
+        return f"skipped ({missing} not importable on this image)"
+    if plan_s > left_s:
+        return "skipped (budget)"
+    return None
+
+
+def worst_case(plans: list[tuple[str, float]], budget_s: float) -> tuple[list[str], float]:
+    """The runs that start, and the seconds they take, when every run takes its whole plan: the sum bound, never
+    above the budget (each run starts only if its plan fits what is left)."""
+    ran, spent = [], 0.0
+    for name, plan in plans:
+        if skip_reason(plan, budget_s - spent) is None:
+            ran.append(name)
+            spent += plan
+    return ran, spent
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # model directories: a config.json + the tiny tokenizer (no weights: the commands draw them, *.init=random)
 
 
-def model_dir(work: Path, profile: str, layers: int) -> Path:
+def model_dir(work: Path, profile: str, layers: int, name: str | None = None) -> Path:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(TOKENIZER_DIR))
@@ -88,13 +154,24 @@ def model_dir(work: Path, profile: str, layers: int) -> Path:
                   "tie_word_embeddings": True, "initializer_range": 0.2, "rms_norm_eps": 1e-6,
                   "hidden_act": "silu", "rope_theta": 10000.0}
     config.update(bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    out = work / "models" / f"{profile}_{layers}L"
+    out = work / "models" / (name or f"{profile}_{layers}L")
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config, indent=1))
     for f in TOKENIZER_DIR.iterdir():
         shutil.copy(f, out / f.name)
     (out / "generation_config.json").write_text(json.dumps({"eos_token_id": tok.eos_token_id,
                                                             "pad_token_id": tok.pad_token_id}))
+    return out
+
+
+def tiny_model_with_weights(work: Path) -> Path:
+    """The tests' tiny Qwen2 with seeded random weights saved (vLLM loads weights from disk; the colocated run)."""
+    import torch
+
+    from scholar_agents.llm.model_init import load_causal_lm
+
+    out = model_dir(work, "cpu", 2, name="vllm_tiny")
+    load_causal_lm(out, "random", seed=0, dtype=torch.float32).save_pretrained(str(out))
     return out
 
 
@@ -211,24 +288,43 @@ def plan_for(command: str, overrides: list[str]) -> dict:
 # running and reading
 
 
-def torchrun(args: list[str], run_dir: Path, log: Path, timeout: int) -> tuple[int, float]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
-           "-m", "scholar_agents", *args, f"hydra.run.dir={run_dir}"]
+def torchrun(target: list[str], log: Path, timeout: float) -> tuple[int, float]:
+    """``torchrun --nproc_per_node 1 <target>`` (a module run with ``-m`` or a script), killed at ``timeout``."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1", *target]
     env = {**os.environ, "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
     t0 = time.perf_counter()
     with open(log, "w") as f:
         f.write(" ".join(map(str, cmd)) + "\n")
         f.flush()
-        # its own process group: a timeout ends torchrun AND its worker, which would otherwise keep the GPU
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            kill_tree(proc)
             rc = 124
-            f.write(f"\ngpu_check: killed after {timeout} s\n")
+            f.write(f"\ngpu_check: killed at its plan of {timeout:.0f} s\n")
     return rc, time.perf_counter() - t0
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL torchrun and every process under it. torchrun starts each worker in a session of its own
+    (torch.distributed.elastic's subprocess handler: ``start_new_session=True``), so killing torchrun's process group
+    leaves the workers running, and on a GPU holding its memory into the next run: the tree is read first (psutil,
+    which accelerate requires), then killed, workers first."""
+    import psutil
+
+    try:
+        tree = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        tree = []
+    for child in reversed(tree):
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    psutil.wait_procs(tree, timeout=30)
 
 
 def _mem(row: dict, phase: str | None) -> tuple[float | None, float | None]:
@@ -267,6 +363,18 @@ def sft_measured(run_dir: Path) -> list[dict]:
              "step_tokens_per_s": last.get("perf/tokens_per_s"), "steps": summary["global_step"]}]
 
 
+def vllm_measured(run_dir: Path) -> list[dict]:
+    """The colocated run's last weight push (the engine woken first where it sleeps): seconds, per step."""
+    report = json.loads((run_dir / "out" / "rank0.json").read_text())
+    return [{"phase": "push", "seconds": report["steps"][-1]["sync_s"], "steps": len(report["steps"]),
+             "sleep_mode": report.get("sleeps")}]
+
+
+MEASURED = {"crawler_ppo": lambda d: ppo_measured(d, PPO_EPOCHS), "selector_sft": sft_measured,
+            "colocated_vllm": vllm_measured}
+ROW_PHASES = {"crawler_ppo": PHASES, "selector_sft": ("update",), "colocated_vllm": ("push",)}
+
+
 def tail(log: Path, n: int = 25) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-n:]) if log.exists() else ""
 
@@ -279,33 +387,38 @@ def _f(x, nd=2) -> str:
     return "—" if x is None else f"{x:.{nd}f}" if isinstance(x, float) else str(x)
 
 
+def _status(r: dict) -> str:
+    if r["status"].startswith("skipped"):
+        return f"{r['status']}: {r['skip_detail']}" if r.get("skip_detail") else r["status"]
+    return f"{r['status']} ({r['seconds']:.0f} s)"
+
+
 def markdown(report: dict) -> str:
     env = report["environment"]
     lines = [f"# One-GPU check ({report['profile']} profile)", "",
              f"{env['device']}; torch {env['torch']}, transformers {env['transformers']}, deepspeed "
              f"{env['deepspeed']}; backend {env['backend']}; total {report['total_seconds']:.0f} s "
-             f"(budget {report['budget_seconds']} s). Memory: torch.cuda max_memory_allocated / reserved per phase "
-             f"of the last step (GiB; — = not on CUDA); plan = `scholar plan` for the same overrides on one "
-             f"H100 80GB (GiB per phase).", "",
+             f"(budget {report['budget_seconds']:.0f} s: a run starts only if its plan fits what is left, and is "
+             f"killed at its plan). Memory: torch.cuda max_memory_allocated / reserved per phase of the last step "
+             f"(GiB; — = not on CUDA); plan = `scholar plan` for the same overrides on one H100 80GB (GiB per "
+             f"phase); plan s = the run's planned seconds (its timeout).", "",
              "| run | size | attn | phase | plan GiB | allocated GiB | reserved GiB | alloc/plan | phase s | "
-             "tokens/s | step s | step tokens/s | status |",
-             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "tokens/s | step s | step tokens/s | plan s | status |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in report["runs"]:
         if r["command"] == "slurm_probe":
-            lines.append(f"| slurm probe | — | — | — | — | — | — | — | — | — | — | — | {r['status']} "
-                         f"({r['seconds']:.0f} s) |")
+            lines.append(f"| slurm probe | — | — | — | — | — | — | — | — | — | — | — | {r['plan_s']} | {_status(r)} |")
             continue
         n = r["params"]
-        size = f"{r['layers']}L {n / 1e9:.2f}B" if n >= 1e8 else f"{r['layers']}L {n / 1e6:.1f}M"
-        for m in r.get("phases") or [{"phase": ph} for ph in (PHASES if r["command"] == "crawler_ppo"
-                                                               else ("update",))]:
+        size = "—" if n is None else f"{r['layers']}L {n / 1e9:.2f}B" if n >= 1e8 else f"{r['layers']}L {n / 1e6:.1f}M"
+        for m in r.get("phases") or [{"phase": ph} for ph in ROW_PHASES[r["command"]]]:
             planned = (r.get("plan") or {}).get("phases_gib", {}).get(m["phase"])
             alloc = m.get("allocated_gib")
             ratio = f"{alloc / planned:.2f}" if alloc and planned else "—"
-            lines.append(f"| {r['name']} | {size} | {r['attn']} | {m['phase']} | {_f(planned)} | {_f(alloc)} | "
-                         f"{_f(m.get('reserved_gib'))} | {ratio} | {_f(m.get('seconds'))} | "
+            lines.append(f"| {r['name']} | {size} | {r.get('attn') or '—'} | {m['phase']} | {_f(planned)} | "
+                         f"{_f(alloc)} | {_f(m.get('reserved_gib'))} | {ratio} | {_f(m.get('seconds'))} | "
                          f"{_f(m.get('tokens_per_s'), 0)} | {_f(m.get('step_seconds'))} | "
-                         f"{_f(m.get('step_tokens_per_s'), 0)} | {r['status']} ({r['seconds']:.0f} s) |")
+                         f"{_f(m.get('step_tokens_per_s'), 0)} | {r['plan_s']} | {_status(r)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -327,93 +440,108 @@ def environment(profile: str) -> dict:
             "backend": "nccl" if profile == "gpu" else "gloo", "python": sys.version.split()[0]}
 
 
-def flash_available() -> bool:
+def importable(module: str) -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("flash_attn") is not None
+    return importlib.util.find_spec(module) is not None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the runs, each with what it needs prepared and its command
+
+
+def prepare(run: dict, p: dict, profile: str, work: Path, out: Path) -> tuple[list[str], dict | None, Path | None]:
+    """(torchrun target, `scholar plan`'s estimate or None, model dir or None) of one run."""
+    run_dir = out / "runs" / run["name"]
+    if run["command"] == "slurm_probe":
+        return ["-m", "scholar_agents", "slurm", "probe", "probe.steps=4", f"probe.checkpoint_dir={run_dir}",
+                f"hydra.run.dir={run_dir}"], None, None
+    if run["command"] == "colocated_vllm":  # sleep, wake, push, generate: the worker of the vLLM CPU twin test
+        model = tiny_model_with_weights(work)
+        return [str(VLLM_WORKER), "--model", str(model), "--run-dir", str(run_dir / "engine"), "--sync", "inmemory",
+                "--out", str(run_dir / "out")], None, model
+    model = model_dir(work, profile, run["layers"])
+    if run["command"] == "crawler_ppo":
+        overrides = ppo_overrides(p, model, work, crawl_prompt_len(model) + p["response"], run["attn"])
+    else:
+        data, longest = sft_data(model, work, p["sft_len"], rows=4 * p["sft_batch"])
+        overrides = sft_overrides(p, model, data, run_dir / "ckpt", longest, run["lora"], run["attn"])
+    overrides = [str(x) for x in overrides]
+    return (["-m", "scholar_agents", "train", run["command"], *overrides, f"hydra.run.dir={run_dir}"],
+            plan_for(run["command"], overrides), model)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out_dir", type=Path)
     ap.add_argument("--plan-only", action="store_true", help="print the planner's numbers; run nothing")
+    ap.add_argument("--budget-s", type=float, default=float(os.environ.get("GPU_CHECK_BUDGET_S") or DEFAULT_BUDGET_S),
+                    help=f"seconds for the whole check, from the start of gpu_check.sh (GPU_CHECK_BUDGET_S; default "
+                         f"{DEFAULT_BUDGET_S}): a run starts only if its planned seconds fit what is left")
     a = ap.parse_args()
+    # the budget counts from gpu_check.sh's start (its unpacking included); run directly, from here
+    started = float(os.environ.get("GPU_CHECK_STARTED") or time.time())
     profile = profile_name(os.environ.get("GPU_CHECK_PROFILE", "auto"), a.plan_only)
-    p = PROFILES[profile]
+    p, plans = PROFILES[profile], PLAN_S[profile]
     out = a.out_dir.resolve()
     work = out / "work"
     if not a.plan_only:
         for stale in ("runs", "logs"):  # a rerun into the same folder starts fresh (nothing resumes)
             shutil.rmtree(out / stale, ignore_errors=True)
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    t_start = time.perf_counter()
-
-    specs = []  # (name, command, layers, attn, overrides)
-    for layers in p["layers"]:
-        model = model_dir(work, profile, layers)
-        seq = crawl_prompt_len(model) + p["response"]
-        specs.append((f"ppo_{layers}L", "crawler_ppo", layers, "sdpa", model,
-                      lambda run, m=model, s=seq: ppo_overrides(p, m, work, s, "sdpa")))
-    for layers in p["sft_layers"]:
-        model = model_dir(work, profile, layers)
-        data, longest = sft_data(model, work, p["sft_len"], rows=4 * p["sft_batch"])
-        for lora in (False, True):
-            specs.append((f"sft_{'lora' if lora else 'full'}_{layers}L", "selector_sft", layers, "sdpa", model,
-                          lambda run, m=model, d=data, n=longest, lo=lora: sft_overrides(p, m, d, run / "ckpt", n, lo,
-                                                                                          "sdpa")))
-    if p["flash_layers"] and flash_available():
-        layers = p["flash_layers"]
-        model = model_dir(work, profile, layers)
-        seq = crawl_prompt_len(model) + p["response"]
-        data, longest = sft_data(model, work, p["sft_len"], rows=4 * p["sft_batch"])
-        specs.append((f"ppo_{layers}L_flash", "crawler_ppo", layers, "flash_attention_2", model,
-                      lambda run, m=model, s=seq: ppo_overrides(p, m, work, s, "flash_attention_2")))
-        specs.append((f"sft_full_{layers}L_flash", "selector_sft", layers, "flash_attention_2", model,
-                      lambda run, m=model, d=data, n=longest: sft_overrides(p, m, d, run / "ckpt", n, False,
-                                                                            "flash_attention_2")))
+    order = run_list(p, importable("flash_attn"))
+    ran, spent = worst_case([(r["name"], plans[r["name"]]) for r in order], a.budget_s)
+    print(f"gpu_check: budget {a.budget_s:.0f} s; plans {sum(plans[r['name']] for r in order)} s in all; if every "
+          f"run took its whole plan, {len(ran)} of {len(order)} would run ({spent:.0f} s)", flush=True)
 
     runs: list[dict] = []
-    if not a.plan_only:
-        run_dir = out / "runs" / "slurm_probe"
-        rc, secs = torchrun(["slurm", "probe", "probe.steps=4", f"probe.checkpoint_dir={run_dir}"], run_dir,
-                            out / "logs" / "slurm_probe.log", 120)
-        runs.append({"name": "slurm_probe", "command": "slurm_probe", "status": "ok" if rc == 0 else f"failed rc={rc}",
-                     "seconds": round(secs, 1), "log": str(out / "logs" / "slurm_probe.log")})
-    budget = BUDGET_S[profile]
-    for name, command, layers, attn, model, make in specs:
-        run_dir = out / "runs" / name
-        overrides = [str(x) for x in make(run_dir)]
-        rec = {"name": name, "command": command, "layers": layers, "params": params_of(model), "attn": attn,
-               "overrides": overrides, "plan": plan_for(command, overrides), "seconds": 0.0}
+    for run in order:
+        name, command = run["name"], run["command"]
+        rec = {"name": name, "command": command, "layers": run.get("layers"), "attn": run.get("attn"),
+               "params": None, "plan": None, "plan_s": plans[name], "seconds": 0.0, "phases": None}
         if a.plan_only:
-            print(name, json.dumps(rec["plan"]))
+            plan = prepare(run, p, profile, work, out)[1] if command in ("crawler_ppo", "selector_sft") else None
+            print(name, f"plan_s={plans[name]}", json.dumps(plan))
             continue
-        if time.perf_counter() - t_start > budget:  # the check ends within its budget; what is left is named
-            rec.update(status=f"skipped: past the {budget} s budget", phases=None)
+        missing = run.get("needs") if run.get("needs") and not importable(run["needs"]) else None
+        if skip_reason(plans[name], a.budget_s - (time.time() - started), missing) is None:
+            target, rec["plan"], model = prepare(run, p, profile, work, out)  # only for a run that may start
+            rec.update(params=params_of(model) if model else None, args=target)
+        left = a.budget_s - (time.time() - started)  # again: preparing took time
+        reason = skip_reason(plans[name], left, missing)
+        if reason is not None:  # the check ends within its budget; what did not fit is named, not failed
+            rec["status"] = reason
+            if reason == "skipped (budget)":
+                rec["skip_detail"] = f"plan {plans[name]} s > {max(left, 0):.0f} s left of {a.budget_s:.0f} s"
             runs.append(rec)
+            print(f"{name}: {_status(rec)}", flush=True)
             continue
         log = out / "logs" / f"{name}.log"
-        left = budget + 60 - (time.perf_counter() - t_start)  # a run started near the end may overrun by 1 min
-        rc, secs = torchrun(["train", command, *overrides], run_dir, log, int(min(p["timeout"], max(left, 30))))
-        rec.update(seconds=round(secs, 1), log=str(log), status="ok" if rc == 0 else f"failed rc={rc}")
-        try:
-            rec["phases"] = ppo_measured(run_dir, PPO_EPOCHS) if command == "crawler_ppo" else sft_measured(run_dir)
-        except (OSError, KeyError, IndexError, json.JSONDecodeError) as e:
-            rec["phases"] = None
-            rec["status"] += f" (no metrics: {type(e).__name__})"
+        rc, secs = torchrun(target, log, plans[name])
+        rec.update(seconds=round(secs, 1), log=str(log),
+                   status="ok" if rc == 0 else f"failed: killed at its plan of {plans[name]} s" if rc == 124
+                   else f"failed rc={rc}")
+        if command in MEASURED:
+            try:
+                rec["phases"] = MEASURED[command](out / "runs" / name)
+            except (OSError, KeyError, IndexError, json.JSONDecodeError) as e:
+                rec["status"] += f" (no metrics: {type(e).__name__})"
         if rc != 0:
             rec["log_tail"] = tail(log)
         runs.append(rec)
-        print(f"{name}: {rec['status']} in {secs:.0f} s", flush=True)
+        print(f"{name}: {_status(rec)}", flush=True)
     if a.plan_only:
         return 0
     report = {"profile": profile, "environment": environment(profile), "runs": runs,
-              "total_seconds": round(time.perf_counter() - t_start, 1), "budget_seconds": budget,
-              "phases": list(PHASES)}
+              "total_seconds": round(time.time() - started, 1), "budget_seconds": a.budget_s,
+              "worst_case": {"runs": ran, "seconds": spent}, "phases": list(PHASES)}
     (out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
     (out / "gpu_check.md").write_text(markdown(report))
     print(markdown(report))
-    failed = [r["name"] for r in runs if r["status"] != "ok"]
+    skipped = [r["name"] for r in runs if r["status"].startswith("skipped")]
+    if skipped:
+        print(f"skipped: {', '.join(skipped)}")
+    failed = [r["name"] for r in runs if r["status"] != "ok" and r["name"] not in skipped]
     if failed:
         print(f"FAILED: {', '.join(failed)} (logs under {out / 'logs'})", file=sys.stderr)
     return 1 if failed else 0

