@@ -160,3 +160,40 @@ def build_optimizer(p: PPOConfig, model: PolicyAndValue):
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, [policy_lr, value_lr])
     return opt, sched, policy_params, value_params
+
+
+def shift_value_bias(model: PolicyAndValue, gap: float, deepspeed: bool, zero3: bool) -> None:
+    """Add ``gap`` to the value head's output bias (``ppo.init_value_to_mean_return``). DeepSpeed steps fp32 master
+    copies of the weights (ZeRO-3: partitioned, like the module's): both are shifted, or the next optimizer step
+    writes the old bias back."""
+    bias = (model.value_head if model.shared else model.value.head).bias
+    if not deepspeed:
+        with torch.no_grad():
+            bias.add_(gap)
+        return
+    import deepspeed as ds
+    from deepspeed.utils import safe_set_full_fp32_param, safe_set_local_fp32_param
+
+    with ds.zero.GatheredParameters([bias], modifier_rank=0), torch.no_grad():
+        bias.add_(gap)  # every rank adds the same gap; rank 0's result is re-partitioned on exit
+    if zero3:
+        # this rank's (padded) partition as it now is; DeepSpeed's full-tensor setter cannot address a 1-element
+        # parameter split over 2+ ranks
+        safe_set_local_fp32_param(bias, bias.ds_tensor.detach().float())
+    else:
+        safe_set_full_fp32_param(bias, bias.detach().float())
+
+
+def drop_policy_optimizer_state(zero_optimizer) -> None:
+    """DeepSpeed steps the policy's parameter group with zero gradients while it is frozen (learning rate 0, so the
+    weights stay put), but AdamW counts those steps and its bias correction would then shrink the first real
+    updates. Dropping the group's state makes the first co-trained step start AdamW afresh, as without DeepSpeed.
+    The fp32 master partitions of parameter group 0 (the policy) are found in DeepSpeed's ZeRO optimizer:
+    ``fp32_partitioned_groups_flat`` per sub-group (ZeRO-3), ``single_partition_of_fp32_groups`` (ZeRO-1/2)."""
+    zero = zero_optimizer
+    if hasattr(zero, "fp32_partitioned_groups_flat"):
+        masters = [t for t, g in zip(zero.fp32_partitioned_groups_flat, zero.sub_group_to_group_id) if g == 0]
+    else:
+        masters = [zero.single_partition_of_fp32_groups[0]]
+    for t in masters:
+        zero.optimizer.state.pop(t, None)

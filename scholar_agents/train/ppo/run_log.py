@@ -115,3 +115,33 @@ class RunLog:
         if self.wandb is not None:
             self.wandb.finish()
             self.wandb = None
+
+
+def run_summary(rows: list[dict], history: dict, p, checkpoint: str) -> dict:
+    """What a finished run reports in ``metrics.json`` (what ``scholar sweep report`` reads): the held-out figures
+    at the start, along the run (``ppo.eval_every``) and at the end, and the training returns' first and last third."""
+    import numpy as np
+
+    returns = [r.get("rollout/session_return") for r in rows]
+    rewards = [r.get("reward/session_reward") for r in rows]
+    k = max(1, len(rows) // 3)
+    return {
+        "eval": history.get("eval_end", {}),
+        "eval_start": history.get("eval_start", {}),
+        "eval_curve": [{"step": r["step"], "crawler_recall": r["eval/crawler_recall"],
+                        "crawler_actions": r.get("eval/crawler_actions")}
+                       for r in rows if r.get("eval/crawler_recall") is not None],
+        "train": {
+            "steps": len(rows),
+            "session_return_first": returns[0] if returns else None,
+            "session_return_last": returns[-1] if returns else None,
+            f"session_return_mean_first_{k}": float(np.mean(returns[:k])) if returns else None,
+            f"session_return_mean_last_{k}": float(np.mean(returns[-k:])) if returns else None,
+            f"session_reward_mean_first_{k}": float(np.mean(rewards[:k])) if rewards else None,
+            f"session_reward_mean_last_{k}": float(np.mean(rewards[-k:])) if rewards else None,
+            "seconds_per_step": float(np.mean([r["timing_s/step"] for r in rows])) if rows else None,
+        },
+        "ppo": {"alpha": p.alpha, "beta": p.beta, "estimator": p.estimator, "policy_freeze_steps":
+                p.policy_freeze_steps, "total_steps": p.total_steps},
+        "checkpoint": checkpoint,
+    }

@@ -22,6 +22,10 @@ process a different number of sessions, and DDP needs the same number of backwar
 ``ppo.deepspeed`` one DeepSpeed engine (ZeRO-2 or ZeRO-3) holds policy + value and reduces the gradients; every
 process then pads its backward passes (and, under ZeRO-3, its forward passes: each one gathers parameters
 collectively) to the same count with zero-weight or dummy batches.
+
+The file is ~650 lines on purpose: it is the loop of one PPO step, read top to bottom (CleanRL's one-file style),
+with the DeepSpeed padding beside the passes it pads. What the loop is handed is built elsewhere (``inputs.py``,
+``models.py``), and the math it calls is in ``estimators.py``, ``losses.py`` and ``rewards.py``.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from scholar_agents.train.ppo.checkpoint import (
 )
 from scholar_agents.train.ppo.deepspeed_config import zero3_init, zero_stage
 from scholar_agents.train.ppo.estimators import ESTIMATORS, SessionTargets
+from scholar_agents.train.ppo.heldout import evaluate_heldout
 from scholar_agents.train.ppo.inputs import PPOInputs, build_ppo_inputs
 from scholar_agents.train.ppo.losses import explained_variance, masked_mean, policy_loss, total_loss, value_loss
 from scholar_agents.train.ppo.models import (
@@ -61,8 +66,11 @@ from scholar_agents.train.ppo.models import (
     build_policy_and_value,
     build_reference,
     deepspeed_config,
+    drop_policy_optimizer_state,
     load_tokenizer,
+    shift_value_bias,
 )
+from scholar_agents.train.ppo.run_log import RunLog, run_summary
 from scholar_agents.train.ppo.rollout import (
     QuerySampler,
     RolloutEngine,
@@ -76,7 +84,6 @@ from scholar_agents.train.ppo.tensors import (
     Packed,
     chunks,
     from_grid,
-    gather_in_rank_order,
     pack,
     response_entropy,
     response_logprobs,
@@ -222,8 +229,6 @@ class PPOTrainer:
             extra = load_rng(self.resume_from, self.rank)
             python_rng_from_json(self.expand_rng, extra["expand_rng"])
         self.history: dict[str, Any] = state.get("history", {})
-
-        from scholar_agents.train.ppo.run_log import RunLog
 
         self.logger = RunLog(self.run_dir, enabled=acc.is_main_process, wandb_cfg=inputs.wandb, config=inputs.config,
                              resume_step=self.start_step, wandb_id=state.get("wandb_id"),
@@ -406,25 +411,7 @@ class PPOTrainer:
         # must be what one process holding the whole global batch would compute
         tot = collectives.mean_over_processes({"diff_sum": float(diff.sum()), "count": float(len(diff))})
         gap = tot["diff_sum"] / max(tot["count"], 1.0)
-        model = self.accelerator.unwrap_model(self.model)
-        bias = (model.value_head if model.shared else model.value.head).bias
-        if not self.deepspeed:
-            with torch.no_grad():
-                bias.add_(gap)
-        else:
-            # DeepSpeed steps fp32 master copies of the weights (ZeRO-3: partitioned, like the module's): shift both,
-            # or the next optimizer step writes the old bias back.
-            import deepspeed
-            from deepspeed.utils import safe_set_full_fp32_param, safe_set_local_fp32_param
-
-            with deepspeed.zero.GatheredParameters([bias], modifier_rank=0), torch.no_grad():
-                bias.add_(gap)  # every rank adds the same gap; rank 0's result is re-partitioned on exit
-            if self.zero3:
-                # this rank's (padded) partition as it now is; DeepSpeed's full-tensor setter cannot address a
-                # 1-element parameter split over 2+ ranks
-                safe_set_local_fp32_param(bias, bias.ds_tensor.detach().float())
-            else:
-                safe_set_full_fp32_param(bias, bias.detach().float())
+        shift_value_bias(self.accelerator.unwrap_model(self.model), gap, self.deepspeed, self.zero3)
         log.info("value head bias shifted by %.3f to the first batch's mean return", gap)
 
     def update(self, samples: list[SessionSample], targets: list[SessionTargets], batch: dict, step: int,
@@ -545,7 +532,7 @@ class PPOTrainer:
         frozen the policy's gradients are dropped, so AdamW keeps no state for it (its learning rate is 0 too)."""
         if self.deepspeed:
             if frozen:
-                self._drop_frozen_policy_optimizer_state()
+                drop_policy_optimizer_state(self.model.optimizer)
             norm = self.model.get_global_grad_norm()
             return float(norm) if norm is not None else 0.0
         if frozen:
@@ -564,21 +551,6 @@ class PPOTrainer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return float(norm)
-
-    def _drop_frozen_policy_optimizer_state(self) -> None:
-        """DeepSpeed steps the policy's parameter group with zero gradients while it is frozen (learning rate 0, so the
-        weights stay put), but AdamW counts those steps and its bias correction would then shrink the first real
-        updates. Dropping the group's state makes the first co-trained step start AdamW afresh, as without
-        DeepSpeed. The fp32 master partitions of parameter group 0 (the policy) are found in DeepSpeed's ZeRO
-        optimizer: ``fp32_partitioned_groups_flat`` per sub-group (ZeRO-3), ``single_partition_of_fp32_groups``
-        (ZeRO-1/2)."""
-        zero = self.model.optimizer
-        if hasattr(zero, "fp32_partitioned_groups_flat"):
-            masters = [t for t, g in zip(zero.fp32_partitioned_groups_flat, zero.sub_group_to_group_id) if g == 0]
-        else:
-            masters = [zero.single_partition_of_fp32_groups[0]]
-        for t in masters:
-            zero.optimizer.state.pop(t, None)
 
     def train_step(self, step: int) -> dict:
         from scholar_agents.runtime.cuda_memory import peak_metrics, reset_peak
@@ -612,44 +584,10 @@ class PPOTrainer:
     # ---- evaluation: crawler recall on held-out queries through the eval harness ----
 
     def evaluate(self, tag: str) -> dict:
-        """Greedy crawls of the held-out queries with the current policy, scored by ``eval pasa``'s code: crawler
-        recall (gold papers in the queue) and crawler actions ([Search] + [Expand], Table 6). Every rank crawls its
-        consecutive share of the queries (:func:`split_even`) on its own engine; rank 0 gathers the per-query rows in
-        query order and summarises them — the same rows and metrics as one process crawling them all, in a
-        ``world``-th of the time, and no rank waits alone for the whole split."""
-        from scholar_agents.eval.pasa_rows import agent_rows, gold_in_store
-        from scholar_agents.eval.pasa_stats import summarize
-        from scholar_agents.pasa.agent import AgentConfig, PaSaAgent
-        from scholar_agents.pasa.crawl_env import CrawlEnv
-
-        if not self.eval_queries:
-            return {}
-        t0 = time.perf_counter()
-        mine = split_even(self.eval_queries, self.world)[self.rank]
-        rows: list[dict] = []
-        trajs: list[dict] = []
-        if mine:
-            env = CrawlEnv(self.store, self.search, self.env_cfg, tokenizer=self.engine.tokenizer)
-            agent = PaSaAgent(env, self.engine.crawler(self.eval_policy), None, AgentConfig(use_selector=False))
-            results = agent.run(mine, progress=False)
-            rows = agent_rows(results, mine, gold_in_store(mine, self.store))
-            trajs = [t.to_dict() for r in results for t in r.trajectories]
-        rows = gather_in_rank_order(rows)
-        trajs = gather_in_rank_order(trajs)
-        out: dict = {}
-        if self.accelerator.is_main_process:
-            s = summarize({"crawler": rows})["crawler"]
-            out = {"crawler_recall": s.get("crawler_recall"), "crawler_actions": s.get("actions"),
-                   "sessions": s.get("sessions"), "queue": s.get("n_queue"), "queries": s.get("queries"),
-                   "seconds": round(time.perf_counter() - t0, 1)}
-            (self.run_dir / f"eval_{tag}.jsonl").write_text("".join(json.dumps(r, default=str) + "\n" for r in rows))
-            # the crawls themselves, for `pasa serve`'s trees (issue 27): the same records as eval pasa's
-            (self.run_dir / f"trajectories_eval_{tag}.jsonl").write_text(
-                "".join(json.dumps(t, ensure_ascii=False, default=str) + "\n" for t in trajs))
-            log.info("eval %s: crawler recall %.4f, actions %.2f on %d held-out queries (%d ranks)", tag,
-                     out["crawler_recall"] or 0.0, out["crawler_actions"] or 0.0, len(self.eval_queries), self.world)
-        collectives.barrier()
-        return out
+        """Greedy crawls of the held-out queries with the current policy (:func:`.heldout.evaluate_heldout`)."""
+        return evaluate_heldout(self.eval_queries, self.store, self.search, self.env_cfg,
+                                self.engine.crawler(self.eval_policy), self.engine.tokenizer, self.rank, self.world,
+                                self.accelerator.is_main_process, self.run_dir, tag)
 
     # ---- checkpoints ----
 
@@ -718,35 +656,11 @@ class PPOTrainer:
 
     def finish(self) -> dict:
         """metrics.json (what ``scholar sweep report`` reads) and the training curves."""
-        p = self.pcfg
-        rows = self.logger.rows()
-        returns = [r.get("rollout/session_return") for r in rows]
-        rewards = [r.get("reward/session_reward") for r in rows]
-        k = max(1, len(rows) // 3)
-        summary = {
-            "eval": self.history.get("eval_end", {}),
-            "eval_start": self.history.get("eval_start", {}),
-            # ppo.eval_every: the held-out figure along the run (start and end above)
-            "eval_curve": [{"step": r["step"], "crawler_recall": r["eval/crawler_recall"],
-                            "crawler_actions": r.get("eval/crawler_actions")}
-                           for r in rows if r.get("eval/crawler_recall") is not None],
-            "train": {
-                "steps": len(rows),
-                "session_return_first": returns[0] if returns else None,
-                "session_return_last": returns[-1] if returns else None,
-                f"session_return_mean_first_{k}": float(np.mean(returns[:k])) if returns else None,
-                f"session_return_mean_last_{k}": float(np.mean(returns[-k:])) if returns else None,
-                f"session_reward_mean_first_{k}": float(np.mean(rewards[:k])) if rewards else None,
-                f"session_reward_mean_last_{k}": float(np.mean(rewards[-k:])) if rewards else None,
-                "seconds_per_step": float(np.mean([r["timing_s/step"] for r in rows])) if rows else None,
-            },
-            "ppo": {"alpha": p.alpha, "beta": p.beta, "estimator": p.estimator, "policy_freeze_steps":
-                    p.policy_freeze_steps, "total_steps": p.total_steps},
-            "checkpoint": str(latest_checkpoint(self.ckpt_dir) or ""),
-        }
+        summary = run_summary(self.logger.rows(), self.history, self.pcfg,
+                              str(latest_checkpoint(self.ckpt_dir) or ""))
         if self.accelerator.is_main_process:
             (self.run_dir / "metrics.json").write_text(json.dumps(summary, indent=2, default=str))
-            self.logger.plot(self.run_dir / "training_curves.png", smoothing=p.plot_smoothing)
+            self.logger.plot(self.run_dir / "training_curves.png", smoothing=self.pcfg.plot_smoothing)
         self.logger.close()
         return summary
 
