@@ -1,10 +1,12 @@
 """The hardware a run is planned for: ``conf/cluster/*.yaml`` (schema ``base_cluster``), read by ``scholar plan``, by
-the start-up memory check of ``train crawler_ppo`` and, for the process-group timeout, by every multi-process command.
+the start-up memory check of ``train crawler_ppo``, by the CUDA check before every command (``require_cuda``) and, for
+the process-group timeout, by every multi-process command.
 Free of heavy imports: every root config composes it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 
 @dataclass
@@ -23,6 +25,11 @@ class ClusterConfig:
     # ~30 GB ZeRO-3 checkpoint write. Our choice: 120, for the paper-scale PPO; torch's defaults (NCCL 10 min, gloo
     # 30) kill such jobs under TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (slurm/job_env.sh). A hung job still dies, later.
     dist_timeout_minutes: float = 120.0
+    # Every command refuses to start, in one line, when its config asks for GPUs and torch sees no CUDA
+    # (runtime/cuda_check.py): null = GPUs asked for by gpus_per_node > 0, sft.use_cpu=false or a model on
+    # device=cuda; true = always; false = never (ours: a GPU preset run on the CPU on purpose, a CPU twin; the
+    # `scholar plan` roots set it, a plan computes nothing).
+    require_cuda: Optional[bool] = None
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
