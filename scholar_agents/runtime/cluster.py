@@ -1,5 +1,6 @@
 """The hardware a run is planned for: ``conf/cluster/*.yaml`` (schema ``base_cluster``), read by ``scholar plan``, by
-the start-up memory check of ``train crawler_ppo`` and, for the process-group timeout, by every multi-process command.
+the start-up memory check of ``train crawler_ppo``, by the CUDA check before every command (``require_cuda``) and, for
+the process-group timeout, by every multi-process command.
 Free of heavy imports: every root config composes it."""
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ class ClusterConfig:
     # which a node with docker0 or several NICs can get wrong, and the job then hangs at its first collective
     # (docs/cluster.md, "When a job hangs").
     socket_ifname: Optional[str] = None
+    # Every command refuses to start, in one line, when its config asks for GPUs and torch sees no CUDA
+    # (runtime/cuda_check.py): null = GPUs asked for by gpus_per_node > 0, sft.use_cpu=false or a model on
+    # device=cuda; true = always; false = never (ours: a GPU preset run on the CPU on purpose, a CPU twin; the
+    # `scholar plan` roots set it, a plan computes nothing).
+    require_cuda: Optional[bool] = None
 
     def __post_init__(self) -> None:
         if self.nodes < 1:

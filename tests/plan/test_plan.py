@@ -304,7 +304,12 @@ def test_the_shipped_ppo_experiment_plans_from_its_base_model_before_sft_ran(tmp
     assert f"# policy {tmp_path}/checkpoints/pasa_crawler_sft/final (not there yet: sizes of ppo.base_model={QWEN}): " \
            f"7,615,616,512 parameters" in out.stdout
     assert "FITS" in out.stdout
+    # the GPU locks' CUDA and driver (issue 38 item 3), and no CUDA check: a plan runs on a CPU
+    assert "  requirements/gpu-linux-x86_64-py312.lock: torch 2.13.0 for CUDA 13.0 (cuda-toolkit==13.0.3.0): NVIDIA " \
+           "driver >= 580 (>= 580.65.06 for all of CUDA 13.0)" in out.stdout
+    assert "  requirements/gpu-cu12-linux-x86_64-py312.lock: torch 2.10.0 for CUDA 12.8" in out.stdout
     cfg = compose("plan", ["experiment=pasa_crawler_ppo", f"paths.output_root={tmp_path}"])
+    assert cfg.cluster.gpus_per_node == 8 and cfg.cluster.require_cuda is False
     x = inputs_from_config(cfg)
     assert x.policy.params == x.ref.params == model_shape(QWEN).params and x.value.layers == 28
 
