@@ -63,9 +63,10 @@ GIB = 2 ** 30
 # draws, so the run count is kept at 1 probe + 3 PPO + 4 SFT (+ 2 with flash-attn, + 1 where vLLM imports).
 PROFILES = {
     "gpu": {"layers": [1, 2, 3], "sft_layers": [2, 6], "flash_layers": 2, "steps": 2, "dtype": "bfloat16",
-            "bf16": "true", "grad_ckpt": "true", "response": 256, "sft_len": 1024, "sft_batch": 4, "queries": 4},
+            "bf16": "true", "grad_ckpt": "true", "response": 256, "sft_len": 1024, "sft_batch": 4, "queries": 4,
+            "use_cpu": "false"},  # sft.use_cpu: the schema's default is the CPU preset's true
     "cpu": {"layers": [2], "sft_layers": [2], "flash_layers": None, "steps": 2, "dtype": "float32", "bf16": "false",
-            "grad_ckpt": "false", "response": 16, "sft_len": 256, "sft_batch": 2, "queries": 2},
+            "grad_ckpt": "false", "response": 16, "sft_len": 256, "sft_batch": 2, "queries": 2, "use_cpu": "true"},
 }
 DEFAULT_BUDGET_S = 480  # a 600-s device command with 2 minutes to spare for unpacking, start-up and the report
 # Planned seconds per run: an upper estimate of its whole torchrun (start-up, set-up, the 2 steps, exit), which is
@@ -207,7 +208,7 @@ def sft_overrides(p: dict, model: Path, data: Path, out: Path, max_len: int, lor
            "max_length": max_len, "model_dtype": p["dtype"], "bf16": p["bf16"],
            "gradient_checkpointing": p["grad_ckpt"],
            "attn_implementation": attn, "deepspeed": ZERO3, "logging_steps": 1, "save_steps": 1000,
-           "save_final": "false", "warmup_ratio": 0.0, "lora.enabled": str(lora).lower()}
+           "save_final": "false", "warmup_ratio": 0.0, "lora.enabled": str(lora).lower(), "use_cpu": p["use_cpu"]}
     return ["logging.wandb.enabled=false", *[f"sft.{k}={v}" for k, v in sft.items()]]
 
 
