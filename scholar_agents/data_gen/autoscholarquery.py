@@ -38,8 +38,9 @@ from scholar_agents.data_gen.passages import (
 )
 from scholar_agents.data_gen.research_town_passages import iter_research_town, passages_from_research_town
 from scholar_agents.data_gen.shards import LazyLLM, ShardedRun, run_shards, write_json, write_jsonl
-from scholar_agents.data_gen.unarxive_passages import iter_jsonl, passages_from_unarxive
+from scholar_agents.data_gen.unarxive_passages import passages_from_unarxive
 from scholar_agents.pasa.prompts import AUTOSCHOLARQUERY_EXAMPLE, AUTOSCHOLARQUERY_GENERATION
+from scholar_agents.validation import jsonl_records
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +133,7 @@ def collect_passages(dg: AutoScholarQueryConfig | DictConfig) -> tuple[list[Cite
     sources: Counter = Counter()
     inputs = dg.inputs
     for path in inputs.unarxive:
-        for rec in iter_jsonl(path):
+        for _, rec in jsonl_records(path):
             sources["unarxive_papers"] += 1
             passages += passages_from_unarxive(rec, **kw)
     for path in inputs.research_town:

@@ -41,11 +41,13 @@ from typing import Any, Optional
 import yaml
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from scholar_agents.llm.precision import DTYPE_NAMES, named_torch_dtype
 from scholar_agents.runtime.run_dir import run_dir as run_output_dir
+from scholar_agents.validation import read_jsonl
 
 log = logging.getLogger(__name__)
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+DTYPES = ("auto", *DTYPE_NAMES)
 EXPORT_REPORT = "export_report.json"
 
 
@@ -202,15 +204,8 @@ def _read_json(path: Path) -> Optional[dict]:
 
 
 def _last_jsonl_row(path: Path) -> Optional[dict]:
-    last = None
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                try:
-                    last = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut by a killed job
-    return last
+    rows = read_jsonl(path, on_bad=lambda line_no, reason: None)  # a line cut by a killed job is left out
+    return rows[-1] if rows else None
 
 
 def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -320,9 +315,7 @@ def git_info() -> dict:
 
 
 def _torch_dtype(name: str):
-    import torch
-
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+    return named_torch_dtype(name, "export.dtype", DTYPES)
 
 
 def source_dtype(config_dir: Path) -> str:

@@ -108,7 +108,8 @@ def test_db_build_then_resume_costs_zero_llm_calls(tiny_llm_1k, minilm, tmp_path
 
 
 def test_commands_end_to_end_on_the_tiny_model(small_store, tiny_model_dir, tmp_path):
-    from scholar_agents.scipip.commands import build_db, eval_ideas, ideas, retrieve
+    from scholar_agents.eval.ideas import eval_ideas
+    from scholar_agents.scipip.commands import build_db, ideas, retrieve
 
     out = tmp_path / "out"
     out.mkdir()

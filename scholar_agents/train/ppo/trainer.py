@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from scholar_agents.llm.precision import named_torch_dtype
 from scholar_agents.runtime import collectives
 from scholar_agents.train.ppo.checkpoint import (
     latest_checkpoint,
@@ -195,10 +196,7 @@ def session_targets(sample: SessionSample, logp_old: np.ndarray, logp_ref: np.nd
 
 
 def _dtype(name: str) -> torch.dtype:
-    try:
-        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
-    except KeyError:
-        raise ValueError(f"ppo.model_dtype must be float32|bfloat16|float16, got {name!r}") from None
+    return named_torch_dtype(name, "ppo.model_dtype")
 
 
 def set_seed(seed: int) -> None:
