@@ -28,7 +28,7 @@ from scholar_agents.data_gen.answers import read_items
 from scholar_agents.data_gen.autoscholarquery_generation import FewShotExample, render_prompt
 from scholar_agents.data_gen.llm_json import parse_llm_json
 from scholar_agents.data_gen.passages import DEFAULT_RELATED_WORK_HEADINGS, related_work_matcher
-from scholar_agents.data_gen.unarxive_passages import iter_jsonl, passages_from_unarxive
+from scholar_agents.data_gen.unarxive_passages import passages_from_unarxive
 from scholar_agents.hydra_app import PACKAGE_DIR
 from scholar_agents.llm import OutputConstraint, SamplingParams, build_llm
 from scholar_agents.llm.config import LLMConfig
@@ -39,6 +39,7 @@ from scholar_agents.pasa.prompts import autoscholarquery_schema
 from scholar_agents.pasa.queries import load_pasa_queries
 from scholar_agents.scipip import prompts as sp
 from scholar_agents.scipip.output_parsers import parse_keywords, parse_motivations_details, parse_summary
+from scholar_agents.validation import read_jsonl
 
 SAMPLE = PACKAGE_DIR / "assets" / "sample"
 FEWSHOT = PACKAGE_DIR / "conf" / "data_gen" / "fewshot" / "related_work.yaml"
@@ -81,7 +82,7 @@ def build_cases(n: int) -> list[dict]:
                       constraints=[sp.keywords_format(5)] * len(abstracts),
                       check=lambda t, trunc, i: parse_keywords(t, 5).ok))
     headings = related_work_matcher(list(DEFAULT_RELATED_WORK_HEADINGS))
-    passages = [ps for rec in iter_jsonl(SAMPLE / "unarxive_sample.jsonl.gz")
+    passages = [ps for rec in read_jsonl(SAMPLE / "unarxive_sample.jsonl.gz")
                 for ps in passages_from_unarxive(rec, headings=headings, max_chars=1500, min_citations=2)][:n]
     shots = [FewShotExample(**e) for e in yaml.safe_load(FEWSHOT.read_text())["examples"]][:1]
 

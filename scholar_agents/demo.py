@@ -25,6 +25,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from scholar_agents.runtime.run_dir import run_dir
+from scholar_agents.validation import read_jsonl
 
 log = logging.getLogger(__name__)
 DONE = ".done"
@@ -308,12 +309,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     unknown = [s for s in wanted if s not in cfg.stage_specs and s != "select"]
     if unknown:
         raise ValueError(f"unknown demo stages {unknown}; known: {list(cfg.stage_specs)} + ['select']")
-    gold = {}
-    with open(str(cfg.queries_file), encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                q = json.loads(line)
-                gold[q["qid"]] = set(q["answer_arxiv_id"])
+    gold = {q["qid"]: set(q["answer_arxiv_id"]) for q in read_jsonl(str(cfg.queries_file))}
     ks = list(cfg.recall_ks)
     stages: dict[str, Any] = {}
     search: dict[str, Any] = {}

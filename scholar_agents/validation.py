@@ -9,9 +9,11 @@ library) keeps its traceback.
 from __future__ import annotations
 
 import datetime as _dt
+import gzip
 import json
+import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
@@ -119,13 +121,54 @@ def existing_dir(value: Any, name: str) -> Path:
 @contextmanager
 def reading(name: str, path: Any) -> Iterator[None]:
     """Errors from reading a user-given input file (unreadable, not UTF-8, malformed records: the readers raise
-    ``ValueError("<file>:<line>: ...")``) become one UsageError naming the setting."""
+    ``ValueError("<file>:<line>: ...")``, as :func:`jsonl_records` does) become one UsageError naming the setting."""
     try:
         yield
     except UsageError:
         raise
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError, KeyError) as e:
         raise UsageError(f"{name}={str(path)!r} cannot be read: {e}") from e
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# JSON Lines: the one reader of the package
+
+
+def jsonl_records(path: str | os.PathLike, *, name: Optional[str] = None,
+                  on_bad: Optional[Callable[[int, str], None]] = None) -> Iterator[tuple[int, dict]]:
+    """The records of a JSON Lines file as ``(line number, object)``, counting from 1; blank lines are skipped and
+    a ``.gz`` file is read decompressed.
+
+    A line that is not JSON, or not a JSON object, raises ONE ``ValueError("<file>:<line>: <reason>")`` (``name``:
+    how the message names the file, the path by default; :func:`reading` turns it into a UsageError at a command's
+    boundary). With ``on_bad``, such a line is handed to ``on_bad(line_no, reason)`` and skipped instead: the
+    caller counts and logs it (``skip_bad`` inputs), forgets it (a line cut by a killed job), or raises.
+    """
+    path = Path(path)
+    label = str(path) if name is None else name
+    opened = gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
+    with opened as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                reason = f"invalid JSON at column {e.colno}: {e.msg}"
+            else:
+                if isinstance(obj, dict):
+                    yield line_no, obj
+                    continue
+                reason = f"expected a JSON object, got {type(obj).__name__}"
+            if on_bad is None:
+                raise ValueError(f"{label}:{line_no}: {reason}")
+            on_bad(line_no, reason)
+
+
+def read_jsonl(path: str | os.PathLike, *, name: Optional[str] = None,
+               on_bad: Optional[Callable[[int, str], None]] = None) -> list[dict]:
+    """The records of a JSON Lines file as a list (:func:`jsonl_records` without the line numbers)."""
+    return [obj for _, obj in jsonl_records(path, name=name, on_bad=on_bad)]
 
 
 def check_queries_group(qcfg: Any, name: str = "queries") -> None:

@@ -23,7 +23,7 @@ PACKAGE = ROOT / "scholar_agents"
 # A module may import from its own floor and below.
 FLOORS: dict[str, int] = {
     "runtime": 0,      # cluster glue: preemption, collectives, CUDA memory, the Slurm probe (imports nothing of ours)
-    "validation": 0,   # UsageError and input validators
+    "validation": 0,   # UsageError, input validators, the JSONL reader
     "typed_config": 0,  # config node -> dataclass, the one converter
     "llm": 1, "papers": 1,
     "pasa": 2, "thought": 2, "scipip": 2,

@@ -35,9 +35,9 @@ from omegaconf import DictConfig
 
 from scholar_agents.runtime.run_dir import run_dir
 from scholar_agents.data_gen.research_town_passages import iter_research_town
-from scholar_agents.data_gen.unarxive_passages import iter_jsonl
 from scholar_agents.thought.ingest import Document
 from scholar_agents.thought.prompts import FIGURE11_MULTI_LABEL
+from scholar_agents.validation import jsonl_records
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def iter_fulltext(path: str | Path) -> Iterator[FullTextPaper]:
         for rec in iter_research_town(p):
             yield _research_town_paper(rec)
     elif p.name.endswith((".jsonl", ".jsonl.gz")):
-        for rec in iter_jsonl(p):
+        for _, rec in jsonl_records(p):
             if "body_text" not in rec:
                 raise ValueError(f"{p}: expected unarXive records with 'body_text', got keys {sorted(rec)[:8]}")
             yield _unarxive_paper(rec)
@@ -438,7 +438,7 @@ def load_cases(path: str | Path, task: str | None = None, limit: int | None = No
         obj = json.loads(p.read_text(encoding="utf-8"))
         recs.append((_official_record(obj, str(p)), str(p)))
     elif p.is_file():
-        recs = [(r, f"{p}:{i}") for i, r in enumerate(iter_jsonl(p), 1)]
+        recs = [(r, f"{p}:{i}") for i, r in jsonl_records(p)]
     else:
         raise FileNotFoundError(f"AcademicEval data not found: {p}")
     cases = [case_from_record(r, task, where) for r, where in recs]

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from scholar_agents.data_gen.latex_passages import LatexSource, passages_from_latex
 from scholar_agents.data_gen.passages import CitedPassage, passages_from_paper, related_work_matcher
 from scholar_agents.data_gen.research_town_passages import iter_research_town, passages_from_research_town
-from scholar_agents.data_gen.unarxive_passages import iter_jsonl, passages_from_unarxive
+from scholar_agents.data_gen.unarxive_passages import passages_from_unarxive
+from scholar_agents.validation import jsonl_records
 
 
 @dataclass
@@ -34,7 +35,7 @@ def collect_passages(dg) -> tuple[list[CitedPassage], Counter]:
     sources: Counter = Counter()
     inputs = dg.inputs
     for path in inputs.unarxive:
-        for rec in iter_jsonl(path):
+        for _, rec in jsonl_records(path):
             sources["unarxive_papers"] += 1
             passages += passages_from_unarxive(rec, **kw)
     for path in inputs.research_town:

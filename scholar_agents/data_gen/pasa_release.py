@@ -15,7 +15,6 @@ Every reader raises ``ValueError("<file>:<line>: ...")`` on a malformed record.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,24 +25,15 @@ from scholar_agents.pasa.actions import EXPAND, SEARCH, render_response
 from scholar_agents.pasa.prompts import crawler_expand_messages, crawler_search_messages, selector_messages
 from scholar_agents.pasa.queries import ScholarQuery, load_pasa_queries  # noqa: F401  (re-exported)
 from scholar_agents.pasa.selector import parse_judgement
+from scholar_agents.validation import jsonl_records
 
 
 def _records(path: str | Path) -> Iterator[tuple[str, dict]]:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"PaSa release file not found: {p}")
-    with p.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{p}:{lineno}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: invalid JSON ({e.msg})") from None
-            if not isinstance(rec, dict):
-                raise ValueError(f"{where}: expected a JSON object")
-            yield where, rec
+    for lineno, rec in jsonl_records(p):
+        yield f"{p}:{lineno}", rec
 
 
 def _user_assistant(rec: dict, where: str) -> tuple[str, str]:

@@ -21,6 +21,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from scholar_agents.validation import read_jsonl
+
 log = logging.getLogger(__name__)
 
 
@@ -48,11 +50,6 @@ def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
             n += 1
     os.replace(tmp, path)
     return n
-
-
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    with Path(path).open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def write_json(path: str | Path, obj: Any) -> None:

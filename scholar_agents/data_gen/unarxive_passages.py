@@ -8,11 +8,7 @@ Subsections belong to a related-work section through their section number (``2.1
 from __future__ import annotations
 
 import email.utils
-import gzip
-import json
 import re
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from scholar_agents.data_gen.bibliography import arxiv_id_in_text
@@ -28,22 +24,6 @@ from scholar_agents.papers.loaders import date_from_arxiv_id, strip_version
 from scholar_agents.papers.titles import parse_cited_title
 
 _SPAN = re.compile(r"\{\{(cite|formula|figure|table|ref):([^}]*)\}\}")
-
-
-def iter_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Records of a JSONL file (``.gz`` transparently); a bad line raises ``ValueError`` naming file and line."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"input file not found: {p}")
-    opener = gzip.open if p.suffix == ".gz" else open
-    with opener(p, "rt", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{p}:{lineno}: invalid JSON ({e.msg})") from None
 
 
 def unarxive_date(record: dict[str, Any]) -> str:

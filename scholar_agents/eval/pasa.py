@@ -46,6 +46,7 @@ from scholar_agents.eval.pasa_rows import (
 from scholar_agents.eval.pasa_stats import comparisons, crawler_pairs, summarize
 from scholar_agents.pasa.queries import ScholarQuery
 from scholar_agents.pasa.trajectory import write_trajectories
+from scholar_agents.validation import jsonl_records
 
 log = logging.getLogger(__name__)
 
@@ -59,23 +60,26 @@ def _read_done(path: Path) -> dict[str, dict]:
     dropped from the file (its query runs again); a broken line anywhere else is an error naming it."""
     if not path.is_file():
         return {}
-    lines = path.read_text(encoding="utf-8").splitlines()
+    bad: list[tuple[int, str]] = []  # malformed lines (not JSON, not an object, no qid), in file order
+    followed = False  # a record came after a malformed line: that line was not a cut-off last one
     done = {}
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            d = json.loads(line)
-            qid = d["qid"]
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            if any(rest.strip() for rest in lines[i + 1:]):
-                raise ValueError(f"{path}:{i + 1}: not a per-query result line ({e}); fix or delete that line "
-                                 "and resume") from None
-            log.warning("%s:%d: dropping a cut-off last line (an interrupted run); that query runs again", path,
-                        i + 1)
-            path.write_text("".join(x + "\n" for x in lines[:i]), encoding="utf-8")
+    for line_no, d in jsonl_records(path, on_bad=lambda n, reason: bad.append((n, reason))):
+        if bad:
+            followed = True
             break
-        done[qid] = d
+        if "qid" not in d:
+            bad.append((line_no, "no 'qid'"))
+            continue
+        done[d["qid"]] = d
+    if bad and (followed or len(bad) > 1):
+        n, reason = bad[0]
+        raise ValueError(f"{path}:{n}: not a per-query result line ({reason}); fix or delete that line and resume")
+    if bad:
+        line_no = bad[0][0]
+        log.warning("%s:%d: dropping a cut-off last line (an interrupted run); that query runs again", path, line_no)
+        with path.open(encoding="utf-8") as f:
+            kept = [line for _, line in zip(range(line_no - 1), f)]
+        path.write_text("".join(kept), encoding="utf-8")
     return done
 
 

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from scholar_agents.eval.metrics import binary_metrics, reliability_curve, roc_auc
 from scholar_agents.pasa.selector import Selector, SelectorPair
+from scholar_agents.validation import jsonl_records
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +54,8 @@ def pair_from_record(row: dict, where: str) -> SelectorPair:
 
 def detect_format(path: Path) -> str:
     """``messages`` when the first record has a ``messages`` list, else ``pairs``."""
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    return "messages" if "messages" in json.loads(line) else "pairs"
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{lineno}: not JSON ({e})") from None
+    for _, row in jsonl_records(path):
+        return "messages" if "messages" in row else "pairs"
     raise ValueError(f"{path}: no pairs")
 
 
@@ -81,17 +77,10 @@ def load_labelled_pairs(path: str | Path, fmt: str = "auto", limit: Optional[int
                  for ex in load_sft_selector(path, limit=limit)]
     else:
         pairs = []
-        with path.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{lineno}: not JSON ({e})") from None
-                pairs.append(pair_from_record(row, f"{path}:{lineno}"))
-                if limit is not None and len(pairs) >= limit:
-                    break
+        for lineno, row in jsonl_records(path):
+            pairs.append(pair_from_record(row, f"{path}:{lineno}"))
+            if limit is not None and len(pairs) >= limit:
+                break
     if not pairs:
         raise ValueError(f"{path}: no pairs")
     return pairs

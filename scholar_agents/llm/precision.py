@@ -8,8 +8,12 @@ must detect the instruction set rather than assume.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 
+# The package's one dtype map. DTYPE_NAMES: torch's spellings (``torch.<name>``), the only names the training
+# settings (sft.model_dtype, ppo.model_dtype, export.dtype) take; llm.dtype also takes the aliases.
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
 _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
            "half": "float16", "float32": "float32", "fp32": "float32", "float": "float32"}
 
@@ -56,3 +60,14 @@ def resolve_torch_dtype(name: str, device: str):
     import torch
 
     return getattr(torch, resolve_dtype_name(name, device))
+
+
+def named_torch_dtype(name: str, setting: str, choices: Sequence[str] = DTYPE_NAMES):
+    """``torch.<name>`` for a setting that takes torch's spellings only (:data:`DTYPE_NAMES`); any other name is one
+    ``ValueError("<setting> must be <choices, |-joined>, got <name>")``. ``choices`` is what the message lists: a
+    setting whose ``auto`` the caller resolves first lists it too."""
+    if name not in DTYPE_NAMES:
+        raise ValueError(f"{setting} must be {'|'.join(choices)}, got {name!r}")
+    import torch
+
+    return getattr(torch, name)

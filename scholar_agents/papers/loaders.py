@@ -13,8 +13,6 @@ Malformed records raise ``ValueError("<file>:<line>: ...")``; with ``skip_bad=Tr
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
 import logging
 import re
@@ -27,6 +25,7 @@ from typing import Any, Callable, Container, Iterator, Sequence
 from scholar_agents.papers.ids import norm_id
 from scholar_agents.papers.paper import Paper, Reference, Section
 from scholar_agents.papers.titles import clean_cited_title, parse_cited_title
+from scholar_agents.validation import jsonl_records
 
 log = logging.getLogger(__name__)
 
@@ -57,14 +56,6 @@ def _clean(text: Any) -> str:
     return " ".join(str(text or "").split())  # ~10x faster than a regex on 97k abstracts
 
 
-def _open_text(path: Path) -> io.TextIOBase:
-    if not path.exists():
-        raise FileNotFoundError(f"corpus file {path} does not exist")
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
-
-
 class _BadRecords:
     """Counts malformed records; raises on the first one unless ``skip``."""
 
@@ -87,19 +78,10 @@ class _BadRecords:
 
 
 def _iter_jsonl(path: Path, bad: _BadRecords) -> Iterator[tuple[int, dict]]:
-    with _open_text(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                bad(str(lineno), f"invalid JSON ({e.msg} at column {e.colno})")
-                continue
-            if not isinstance(obj, dict):
-                bad(str(lineno), f"expected a JSON object, got {type(obj).__name__}")
-                continue
-            yield lineno, obj
+    """``(line, record)`` of a JSONL(.gz) corpus file; a malformed line goes to ``bad`` (raised, or counted)."""
+    if not path.exists():
+        raise FileNotFoundError(f"corpus file {path} does not exist")
+    yield from jsonl_records(path, on_bad=lambda line_no, reason: bad(str(line_no), reason))
 
 
 # --- arXiv metadata ---------------------------------------------------------------------------------------------

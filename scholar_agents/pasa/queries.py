@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from scholar_agents.validation import jsonl_records
+
 log = logging.getLogger(__name__)
 
 _YMD = re.compile(r"^(\d{4})-?(\d{2})-?(\d{2})")
@@ -57,19 +59,12 @@ def load_pasa_queries(path: str | Path, limit: Optional[int] = None, offset: int
         raise FileNotFoundError(f"query file {path} does not exist")
     out: list[ScholarQuery] = []
     seen: set[str] = set()
-    with path.open(encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{i}: invalid JSON: {e}") from e
-            q = ScholarQuery.from_pasa(rec, where=f"{path}:{i}")
-            if q.qid in seen:
-                raise ValueError(f"{path}:{i}: duplicate qid {q.qid!r}")
-            seen.add(q.qid)
-            out.append(q)
+    for i, rec in jsonl_records(path):
+        q = ScholarQuery.from_pasa(rec, where=f"{path}:{i}")
+        if q.qid in seen:
+            raise ValueError(f"{path}:{i}: duplicate qid {q.qid!r}")
+        seen.add(q.qid)
+        out.append(q)
     out = out[offset:]
     return out[:limit] if limit is not None else out
 

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Optional, Sequence
 
+from scholar_agents.validation import jsonl_records
+
 S_Q = "S_q"  # search session: the user query only
 S_QP = "S_q+p"  # expand session: the user query and a paper (title, abstract, section outline)
 
@@ -159,14 +161,12 @@ def write_trajectories(path: str | Path, trajectories: Iterable[QueryTrajectory]
 
 
 def read_trajectories(path: str | Path) -> Iterator[QueryTrajectory]:
-    with Path(path).open(encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                yield QueryTrajectory.from_dict(json.loads(line))
-            except (json.JSONDecodeError, TypeError, KeyError) as e:
-                raise ValueError(f"{path}:{i}: not a trajectory record: {e}") from e
+    for i, rec in jsonl_records(path):
+        try:
+            traj = QueryTrajectory.from_dict(rec)
+        except (TypeError, KeyError) as e:
+            raise ValueError(f"{path}:{i}: not a trajectory record: {e}") from e
+        yield traj
 
 
 def char_spans_to_token_spans(

@@ -28,6 +28,7 @@ from scholar_agents.scipip.config import SciPIPConfig
 from scholar_agents.scipip.literature_db import LiteratureDB, LiteratureIndex
 from scholar_agents.scipip.output_parsers import clean_free_text, parse_ideas, parse_inspiration, parse_keywords
 from scholar_agents.scipip.skc import skc_retrieve
+from scholar_agents.validation import read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -40,18 +41,7 @@ def load_backgrounds(path: str | Path, n: int | None = None, offset: int = 0) ->
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"backgrounds file {path} does not exist")
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".jsonl":
-        rows = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg})") from e
-    else:
-        rows = json.loads(text)
+    rows = read_jsonl(path) if path.suffix == ".jsonl" else json.loads(path.read_text(encoding="utf-8"))
     out = []
     for i in range(offset, len(rows) if n is None else min(len(rows), offset + n)):
         r = rows[i]

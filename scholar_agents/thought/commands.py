@@ -15,7 +15,6 @@ answered query ids are skipped, LLM responses are cached.
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 import os
@@ -34,31 +33,9 @@ from scholar_agents.thought.config import thought_config
 from scholar_agents.thought.ingest import Document, add_documents
 from scholar_agents.thought.memory import Memory
 from scholar_agents.thought.prequery import PreQuerySource, make_prequeries, sentences_of
+from scholar_agents.validation import jsonl_records, read_jsonl
 
 log = logging.getLogger(__name__)
-
-
-def _open_text(path: Path):
-    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
-
-
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist")
-    out = []
-    with _open_text(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not JSON ({e})") from e
-            if not isinstance(rec, dict):
-                raise ValueError(f"{path}:{n}: expected a JSON object per line")
-            out.append(rec)
-    return out
 
 
 def load_documents(path: str | os.PathLike) -> list[Document]:
@@ -68,11 +45,11 @@ def load_documents(path: str | os.PathLike) -> list[Document]:
     if path.suffix == ".txt":
         return [Document(path.stem, path.read_text(encoding="utf-8"))]
     docs = []
-    for n, rec in enumerate(read_jsonl(path), 1):
+    for n, (line, rec) in enumerate(jsonl_records(path), 1):  # n: the record's number (default ids), line: errors
         title = rec.get("title") or ""
         text = rec.get("text") or "\n".join(x for x in (title, rec.get("abstract") or "") if x)
         if not text.strip():
-            raise ValueError(f"{path}:{n}: a knowledge record needs `text` or `title`/`abstract`")
+            raise ValueError(f"{path}:{line}: a knowledge record needs `text` or `title`/`abstract`")
         doc_id = str(rec.get("id") or rec.get("doc_id") or rec.get("arxiv_id") or rec.get("paper_id")
                      or f"{path.stem}:{n}")
         docs.append(Document(doc_id, text, title))
@@ -82,13 +59,13 @@ def load_documents(path: str | os.PathLike) -> list[Document]:
 def load_queries(path: str | os.PathLike, default_scope: str) -> list[Query]:
     """Queries JSONL: ``query`` (or PaSa's ``question``), optional ``id``/``qid``, ``scope``, ``task``, ``fields``."""
     out, seen = [], set()
-    for n, rec in enumerate(read_jsonl(path), 1):
+    for n, (line, rec) in enumerate(jsonl_records(path), 1):  # n: the record's number (default ids), line: errors
         text = rec.get("query") or rec.get("question")
         if not text:
-            raise ValueError(f"{path}:{n}: a query record needs `query` (or `question`)")
+            raise ValueError(f"{path}:{line}: a query record needs `query` (or `question`)")
         qid = str(rec.get("id") or rec.get("qid") or f"q{n}")
         if qid in seen:
-            raise ValueError(f"{path}:{n}: duplicate query id {qid!r}")
+            raise ValueError(f"{path}:{line}: duplicate query id {qid!r}")
         seen.add(qid)
         out.append(Query(id=qid, text=text, scope=rec.get("scope") or default_scope, task=rec.get("task", "qa"),
                          fields=rec.get("fields") or {}))

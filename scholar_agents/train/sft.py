@@ -43,7 +43,9 @@ from typing import Any, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from scholar_agents.llm.precision import DTYPE_NAMES, named_torch_dtype
 from scholar_agents.runtime.preemption import restart_count
+from scholar_agents.validation import jsonl_records
 
 log = logging.getLogger(__name__)
 
@@ -152,26 +154,19 @@ def read_chat_jsonl(path: str | Path, limit: Optional[int] = None) -> list[dict]
     if not path.is_file():
         raise FileNotFoundError(f"SFT data file not found: {path}")
     rows: list[dict] = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: not JSON ({e})") from None
-            if "messages" in row:
-                _check_messages(row["messages"], f"{path}:{lineno}")
-                rows.append({"messages": row["messages"]})
-            elif "prompt" in row and "completion" in row:
-                _check_messages(row["prompt"], f"{path}:{lineno} prompt")
-                _check_messages(row["completion"], f"{path}:{lineno} completion")
-                rows.append({"prompt": row["prompt"], "completion": row["completion"]})
-            else:
-                raise ValueError(f"{path}:{lineno}: expected a 'messages' list or 'prompt'/'completion' lists, "
-                                 f"got keys {sorted(row)}")
-            if limit is not None and len(rows) >= limit:
-                break
+    for lineno, row in jsonl_records(path):
+        if "messages" in row:
+            _check_messages(row["messages"], f"{path}:{lineno}")
+            rows.append({"messages": row["messages"]})
+        elif "prompt" in row and "completion" in row:
+            _check_messages(row["prompt"], f"{path}:{lineno} prompt")
+            _check_messages(row["completion"], f"{path}:{lineno} completion")
+            rows.append({"prompt": row["prompt"], "completion": row["completion"]})
+        else:
+            raise ValueError(f"{path}:{lineno}: expected a 'messages' list or 'prompt'/'completion' lists, "
+                             f"got keys {sorted(row)}")
+        if limit is not None and len(rows) >= limit:
+            break
     if not rows:
         raise ValueError(f"{path}: no examples")
     return rows
@@ -248,10 +243,7 @@ def torch_dtype(name: str, use_cpu: bool):
     if name == "auto":
         return torch.bfloat16 if (not use_cpu and torch.cuda.is_available() and bf16_available(False)) \
             else torch.float32
-    try:
-        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
-    except KeyError:
-        raise ValueError(f"model_dtype must be auto|float32|bfloat16|float16, got {name!r}") from None
+    return named_torch_dtype(name, "model_dtype", ("auto", *DTYPE_NAMES))
 
 
 WANDB_ID_FILE = "wandb_run_id"  # in output_dir: a requeued or re-run job continues the same wandb run

@@ -23,8 +23,9 @@ from scholar_agents.data_gen.research_town_passages import (
     iter_research_town,
     passages_from_research_town,
 )
-from scholar_agents.data_gen.unarxive_passages import iter_jsonl, passages_from_unarxive, unarxive_date
+from scholar_agents.data_gen.unarxive_passages import passages_from_unarxive, unarxive_date
 from scholar_agents.papers.paper import Paper, Reference, Section
+from scholar_agents.validation import read_jsonl
 from tests.paths import REPO
 
 SAMPLE = REPO / "scholar_agents" / "assets" / "sample"
@@ -115,7 +116,7 @@ def test_research_town_sample_file():
 
 
 def test_unarxive_sample_file():
-    recs = list(iter_jsonl(SAMPLE / "unarxive_sample.jsonl.gz"))
+    recs = read_jsonl(SAMPLE / "unarxive_sample.jsonl.gz")
     assert all(unarxive_date(r) for r in recs)
     passages = [p for r in recs for p in passages_from_unarxive(r, headings=H, max_chars=3000)]
     assert passages and all(p.citations for p in passages)

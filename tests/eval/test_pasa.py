@@ -59,3 +59,25 @@ def test_eval_pasa_rows_report_and_resume(tmp_path, tmp_path_factory, tiny_model
     with pytest.raises(ValueError, match=r"row 'agent_no_expand' was run with other settings \(crawler.env differ"):
         pasa(compose("eval_pasa", overrides + [f"resume_dir={out}", "crawler.env.search_k=5"]))
     assert agent.read_text() == before and len(bm25.read_text().splitlines()) == 3
+
+
+def test_resume_drops_only_a_cut_off_last_line(tmp_path):
+    """The per-query file of a killed run: its last line may be cut (dropped, the file rewritten without it); a broken
+    line anywhere else, or two at the end, is an error naming the first one."""
+    from scholar_agents.eval.pasa import _read_done
+
+    f = tmp_path / "row.jsonl"
+    good = '{"qid": "a", "recall": 1}\n\n{"qid": "b", "recall": 0}\n'
+    f.write_text(good + '{"qid": "c", "rec')
+    assert _read_done(f) == {"a": {"qid": "a", "recall": 1}, "b": {"qid": "b", "recall": 0}}
+    assert f.read_text() == good
+    assert _read_done(f) == {"a": {"qid": "a", "recall": 1}, "b": {"qid": "b", "recall": 0}} and f.read_text() == good
+    f.write_text(good + '{"recall": 1}\n\n')  # a record without its qid, last: dropped the same way
+    assert list(_read_done(f)) == ["a", "b"] and f.read_text() == good
+    for broken, line in (('{"qid": "a"}\n{"qid": \n{"qid": "b"}\n', 2), ('{"qid": "a"}\n[1]\n{"qid": "b"}\n', 2),
+                         ('{"qid": "a"}\n{"q": 1}\n{"qid": "b"}\n', 2), ('{"qid": "a"}\n{"qid"\n{"qid": "b"', 2)):
+        f.write_text(broken)
+        with pytest.raises(ValueError, match=rf"row\.jsonl:{line}: not a per-query result line .*fix or delete that"):
+            _read_done(f)
+        assert f.read_text() == broken  # left as it was
+    assert _read_done(tmp_path / "none.jsonl") == {}

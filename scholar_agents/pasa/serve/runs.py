@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
-from scholar_agents.validation import UsageError
+from scholar_agents.validation import UsageError, read_jsonl
 
 # the metric columns the table shows first (eval pasa's QueryMetrics names), then any other scalar
 COLUMNS = ("crawler_recall", "precision", "recall", "recall_at_20", "recall_at_50", "recall_at_100", "n_queue",
@@ -67,14 +67,13 @@ def find_runs(root: Path, max_depth: int = 4, limit: int = 300) -> list[dict]:
     return out[:limit]
 
 
-def _jsonl(path: Path) -> Iterator[dict]:
-    with path.open(encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise UsageError(f"{path.name}:{i}: not JSON ({e.msg})") from None
+def _jsonl(path: Path) -> list[dict]:
+    """The records of a run's JSONL file; a malformed line is one UsageError naming the file by its name only (the
+    Runs view shows it)."""
+    try:
+        return read_jsonl(path, name=path.name)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def load_rows(d: Path) -> dict[str, list[dict]]:

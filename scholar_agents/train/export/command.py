@@ -20,13 +20,22 @@ from scholar_agents.runtime.run_dir import run_dir as run_output_dir
 from scholar_agents.train.export.config import EXPORT_REPORT, ExportConfig, to_export_config
 from scholar_agents.train.export.hub import check_push_environment, push_to_hub
 from scholar_agents.train.export.load import (
-    generation_config_for, load_source_model, load_tokenizer, source_dtype, torch_dtype,
+    generation_config_for,
+    load_source_model,
+    load_tokenizer,
+    source_dtype,
+    torch_dtype,
 )
 from scholar_agents.train.export.model_card import model_card
 from scholar_agents.train.export.records import collect_run_records, git_info, read_json
 from scholar_agents.train.export.sources import default_name, resolve_source
 from scholar_agents.train.export.validate import (
-    check_saved_files, compare_logits, fail_unless, prompt_logits, render_ids, validation_prompts,
+    check_saved_files,
+    compare_logits,
+    fail_unless,
+    prompt_logits,
+    render_ids,
+    validation_prompts,
 )
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,9 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+from scholar_agents.llm.precision import DTYPE_NAMES
+
+DTYPES = ("auto", *DTYPE_NAMES)
 EXPORT_REPORT = "export_report.json"
 
 

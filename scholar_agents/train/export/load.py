@@ -15,9 +15,10 @@ from scholar_agents.train.export.sources import Source
 
 
 def torch_dtype(name: str):
-    import torch
+    from scholar_agents.llm.precision import named_torch_dtype
+    from scholar_agents.train.export.config import DTYPES
 
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+    return named_torch_dtype(name, "export.dtype", DTYPES)
 
 
 def source_dtype(config_dir: Path) -> str:

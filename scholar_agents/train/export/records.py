@@ -29,15 +29,10 @@ def read_json(path: Path) -> Optional[dict]:
 
 
 def _last_jsonl_row(path: Path) -> Optional[dict]:
-    last = None
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                try:
-                    last = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut by a killed job
-    return last
+    from scholar_agents.validation import read_jsonl
+
+    rows = read_jsonl(path, on_bad=lambda line_no, reason: None)  # a line cut by a killed job is left out
+    return rows[-1] if rows else None
 
 
 def flatten(d: Any, prefix: str = "") -> dict[str, Any]:

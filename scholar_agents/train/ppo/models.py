@@ -25,10 +25,9 @@ log = logging.getLogger(__name__)
 
 
 def model_dtype(name: str) -> torch.dtype:
-    try:
-        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
-    except KeyError:
-        raise ValueError(f"ppo.model_dtype must be float32|bfloat16|float16, got {name!r}") from None
+    from scholar_agents.llm.precision import named_torch_dtype
+
+    return named_torch_dtype(name, "ppo.model_dtype")
 
 
 def deepspeed_config(p: PPOConfig, init_path: str) -> dict | None:
