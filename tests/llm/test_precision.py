@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from scholar_agents.llm.precision import DTYPE_NAMES, named_torch_dtype, resolve_dtype_name, resolve_torch_dtype
-from scholar_agents.train.export import DTYPES, _torch_dtype, to_export_config
-from scholar_agents.train.ppo.trainer import _dtype as ppo_dtype
+from scholar_agents.train.export.config import DTYPES, to_export_config
+from scholar_agents.train.export.load import torch_dtype as export_dtype
+from scholar_agents.train.ppo.models import model_dtype as ppo_dtype
 from scholar_agents.train.sft import torch_dtype as sft_dtype
 
 TORCH = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -25,7 +26,7 @@ def test_the_training_settings_take_torchs_names_and_name_themselves_when_refusi
     assert DTYPE_NAMES == tuple(TORCH) and DTYPES == ("auto", "float32", "bfloat16", "float16")
     for name, dtype in TORCH.items():
         assert named_torch_dtype(name, "x") == sft_dtype(name, use_cpu=True) == ppo_dtype(name) == dtype
-        assert _torch_dtype(name) == dtype
+        assert export_dtype(name) == dtype
     assert sft_dtype("auto", use_cpu=True) == torch.float32  # SFT's auto: fp32 master weights on the CPU
     for bad in ("bf16", "fp32", "int8", None):
         with pytest.raises(ValueError, match=rf"^model_dtype must be auto\|float32\|bfloat16\|float16, got {bad!r}$"):
