@@ -13,9 +13,18 @@
 #                           (with the SLURM_* variables of the job you mean, or inside an allocation)
 #   SCHOLAR_SELECTOR_URL    an OpenAI-compatible Selector server that is already running: the templates that start
 #                           one (crawler_ppo, pasa_eval) use it instead
+#   SBATCH_SIGNAL           sbatch's own variable: a different warning lead than the template's #SBATCH line, e.g.
+#                             SBATCH_SIGNAL=B:USR1@900 sbatch slurm/crawler_ppo.sbatch ...
+#                           (the job sees it; `sbatch --signal=...` on the command line it cannot see)
+#   SCHOLAR_SIGNAL_LEAD_S   the warning lead in seconds, when neither says it (default: SBATCH_SIGNAL's, else the
+#                           batch script's `#SBATCH --signal=B:USR1@<s>`)
+#   SCHOLAR_SHUTDOWN_GRACE_S  torchrun's shutdown window in seconds (default: the composed config's
+#                           cluster.shutdown_grace_s)
 #
 # Outputs: SCHOLAR_RUN_DIR (the Hydra run dir, pinned to the job id so a requeued job resumes in the same place),
-# MASTER_ADDR / MASTER_PORT (the first node of the allocation, a port derived from the job id), NPROC_PER_NODE.
+# MASTER_ADDR / MASTER_PORT (the first node of the allocation, a port derived from the job id), NPROC_PER_NODE,
+# SCHOLAR_SIGNAL_LEAD_S (when known) and, in `scholar_torchrun`, SCHOLAR_SHUTDOWN_GRACE_S: a training job compares
+# them with its estimated step + checkpoint at start-up (runtime/preemption.check_preemption_window).
 set -euo pipefail
 
 SCHOLAR_REPO="${SCHOLAR_REPO:-${SLURM_SUBMIT_DIR:-$PWD}}"
@@ -79,8 +88,31 @@ else
 fi
 export NPROC_PER_NODE
 
+# How long before the time limit Slurm warns the batch shell (the templates' `#SBATCH --signal=B:USR1@<s>`). Slurm
+# puts it in no environment variable and `scontrol show job` does not print it (22.05), so it is read from what
+# sbatch read: SBATCH_SIGNAL, else this batch script's own #SBATCH line ($0: Slurm's spool copy of it). A lead given
+# as `sbatch --signal=...` on the command line is invisible here: use SBATCH_SIGNAL (or export SCHOLAR_SIGNAL_LEAD_S).
+scholar_signal_lead() {  # scholar_signal_lead [<script>]: the lead in seconds; nothing when the job has none
+    local spec="${SBATCH_SIGNAL:-}" script="${1:-$0}" pattern
+    pattern='s/^#SBATCH[[:space:]]\{1,\}--signal[=[:space:]]\{1,\}\([^[:space:]]*\).*/\1/p'
+    if [[ -z "$spec" && -f "$script" ]]; then
+        spec="$(sed -n "$pattern" "$script" | tail -n 1)"
+    fi
+    [[ -n "$spec" ]] || return 0
+    if [[ "$spec" =~ @([0-9]+)$ ]]; then
+        echo "${BASH_REMATCH[1]}"
+    else
+        echo 60  # --signal=<sig> without @<s>: Slurm's default lead
+    fi
+}
+SCHOLAR_SIGNAL_LEAD_S="${SCHOLAR_SIGNAL_LEAD_S:-$(scholar_signal_lead)}"
+if [[ -n "$SCHOLAR_SIGNAL_LEAD_S" ]]; then
+    export SCHOLAR_SIGNAL_LEAD_S
+fi
+
 echo "[job_env] job ${SLURM_JOB_ID:-?} (${SLURM_JOB_NAME:-?}) restart ${SLURM_RESTART_COUNT:-0} on ${SLURM_JOB_NODELIST:-?}:" \
-     "${SLURM_NNODES:-1} node(s) x $NPROC_PER_NODE proc(s), rendezvous $MASTER_ADDR:$MASTER_PORT, run dir $SCHOLAR_RUN_DIR" >&2
+     "${SLURM_NNODES:-1} node(s) x $NPROC_PER_NODE proc(s), rendezvous $MASTER_ADDR:$MASTER_PORT," \
+     "run dir $SCHOLAR_RUN_DIR, signal lead ${SCHOLAR_SIGNAL_LEAD_S:-none} s" >&2
 
 # Run a step with the preemption glue, or print it (SCHOLAR_DRY_RUN=1).
 scholar_step() {
@@ -110,13 +142,30 @@ scholar_summary() {  # scholar_summary <group> <command> <overrides...>
 
 # torchrun on every training node (one srun task per node, all the node's CPUs), rendezvous from the SLURM_*
 # variables, the step wrapped in the preemption glue:  scholar_torchrun train crawler_ppo <overrides...>
+# The preemption window: torchrun passes the warning on to its workers (SIGUSR1 from requeue_glue.sh through srun,
+# hence --signals-to-handle; SIGTERM on a preemption) and SIGKILLs them --shutdown-timeout seconds later (torch's
+# default: 30 s). That is cluster.shutdown_grace_s of the composed config (one `config_value`, ~5 s), or
+# SCHOLAR_SHUTDOWN_GRACE_S when exported; the workers warn at start-up when it is shorter than the signal lead.
 scholar_torchrun() {
+    local grace="${SCHOLAR_SHUTDOWN_GRACE_S:-}"
+    if [[ -z "$grace" ]]; then
+        if ! grace="$(config_value cluster.shutdown_grace_s "$@")"; then
+            grace="${SCHOLAR_SIGNAL_LEAD_S:-300}"
+            echo "[job_env] cluster.shutdown_grace_s unreadable: torchrun's shutdown window = $grace s" >&2
+        fi
+    fi
+    export SCHOLAR_SHUTDOWN_GRACE_S="$grace"
+    echo "[job_env] preemption window: Slurm's signal lead ${SCHOLAR_SIGNAL_LEAD_S:-none} s, torchrun's shutdown" \
+         "window $grace s (cluster.shutdown_grace_s)" >&2
     scholar_step srun --nodes="$SCHOLAR_TRAIN_NODES" --ntasks="$SCHOLAR_TRAIN_NODES" --ntasks-per-node=1 \
         --relative=0 ${_cpus[@]+"${_cpus[@]}"} --kill-on-bad-exit=1 \
         torchrun --nnodes="$SCHOLAR_TRAIN_NODES" --nproc-per-node="$NPROC_PER_NODE" \
         --rdzv-id="${SLURM_JOB_ID:-0}" --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" \
-        --max-restarts=0 -m scholar_agents "$@" hydra.run.dir="$SCHOLAR_RUN_DIR"
+        --max-restarts=0 --shutdown-timeout="$grace" --signals-to-handle="$SCHOLAR_TORCHRUN_SIGNALS" \
+        -m scholar_agents "$@" hydra.run.dir="$SCHOLAR_RUN_DIR"
 }
+# torchrun's default (SIGTERM,SIGINT,SIGHUP,SIGQUIT) plus the warnings: without SIGUSR1 torchrun dies of it.
+SCHOLAR_TORCHRUN_SIGNALS="SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"
 
 # One process (vLLM's engine spreads itself over the node's GPUs; CPU jobs), with the preemption glue.
 scholar_single() {

@@ -1,11 +1,15 @@
-# Sourced by the sbatch templates: run the job step so that Slurm's warning signals reach Python as SIGTERM.
+# Sourced by the sbatch templates: run the job step so that Slurm's warning signals reach its Python processes.
 #
 # Why this is needed: `#SBATCH --signal=B:USR1@120` signals ONLY the batch shell, 120 s before the time limit, and
 # a shell does not run its traps while a foreground command runs. So the step runs in the background, the shell
-# `wait`s (which a trapped signal interrupts), and forwards SIGTERM to the step: srun passes SIGTERM on to its
-# tasks, torchrun passes it on to its workers (torchrun dies on SIGUSR1 without forwarding it), and
-# scholar_agents/runtime/preemption.py turns it into "checkpoint at the next step boundary, `scontrol requeue`, exit 75".
-# A scheduler preemption or `scontrol requeue` sends SIGTERM to every process of the job, shell included: same path.
+# `wait`s (which a trapped signal interrupts), and passes the warning on to the step: as SIGTERM to a process it
+# started itself (`scholar_single`), as SIGUSR1 to srun (`scholar_torchrun`). srun turns a SIGTERM of its own into
+# "forcing job termination": SIGKILL for its tasks at once, the step in flight lost (checked on Slurm 22.05); any other
+# signal it passes on to its tasks. torchrun (--signals-to-handle with SIGUSR1, slurm/job_env.sh) passes it on to its
+# workers and SIGKILLs them --shutdown-timeout (cluster.shutdown_grace_s) later. In the workers
+# scholar_agents/runtime/preemption.py turns SIGTERM / SIGUSR1 into "checkpoint at the next step boundary,
+# `scontrol requeue`, exit 75". A scheduler preemption or `scontrol requeue` sends SIGTERM to every process of the job
+# (the workers included) and SIGKILL after the site's KillWait (or the partition's GraceTime).
 #
 # PPO and SFT (HF Trainer + preemption.trainer_callback) checkpoint at the end of the current step, requeue and exit
 # 75. A step that does not use preemption.py (vLLM batch generation) just dies of the SIGTERM; then the shell
@@ -15,22 +19,23 @@
 #   run_preemptible srun ... torchrun ... -m scholar_agents train crawler_ppo ...
 #   exit $?
 
-_scholar_forward_preemption() {  # <child pid> <signal name>
+_scholar_forward_preemption() {  # <child pid> <signal name caught> <signal name to send>
     _SCHOLAR_PREEMPTED=1
     _SCHOLAR_TRAPPED=1
-    echo "[requeue_glue] $(date +%T) caught SIG$2 in the batch shell of job ${SLURM_JOB_ID:-?}: SIGTERM -> pid $1" >&2
-    kill -TERM "$1" 2>/dev/null || true
+    echo "[requeue_glue] $(date +%T) caught SIG$2 in the batch shell of job ${SLURM_JOB_ID:-?}: SIG$3 -> pid $1" >&2
+    kill "-$3" "$1" 2>/dev/null || true
 }
 
-run_preemptible() {  # run_preemptible <command...>: run it, forward USR1/USR2/TERM as TERM, return its exit code
-    local child rc job
+run_preemptible() {  # run_preemptible <command...>: run it, pass USR1/USR2/TERM on (module comment), return its code
+    local child rc job send=TERM
     _SCHOLAR_PREEMPTED=0
+    [[ "$(basename "$1")" == srun ]] && send=USR1  # srun SIGKILLs its tasks on a SIGTERM of its own
     "$@" &
     child=$!
     # shellcheck disable=SC2064  # expand $child now
-    trap "_scholar_forward_preemption $child USR1" USR1
-    trap "_scholar_forward_preemption $child USR2" USR2
-    trap "_scholar_forward_preemption $child TERM" TERM
+    trap "_scholar_forward_preemption $child USR1 $send" USR1
+    trap "_scholar_forward_preemption $child USR2 $send" USR2
+    trap "_scholar_forward_preemption $child TERM $send" TERM
     while :; do
         rc=0
         _SCHOLAR_TRAPPED=0
@@ -52,7 +57,9 @@ run_preemptible() {  # run_preemptible <command...>: run it, forward USR1/USR2/T
     if [[ $rc -eq 75 ]]; then
         echo "[requeue_glue] step exited 75 (checkpointed for requeue; restart ${SLURM_RESTART_COUNT:-0})" >&2
     elif [[ $_SCHOLAR_PREEMPTED -eq 1 && $rc -ne 0 ]]; then
-        # The step did not handle the signal itself (no preemption.py): requeue from here.
+        # The step did not handle the signal itself (no preemption.py): requeue from here. (torchrun exits 1 after
+        # passing a signal on, even when its workers checkpointed and exited 75; rank 0 has requeued the job then,
+        # and this second request is refused harmlessly.)
         if [[ -n "$job" ]]; then
             echo "[requeue_glue] step died (exit $rc) after a preemption signal: scontrol requeue $job" >&2
             scontrol requeue "$job" || true

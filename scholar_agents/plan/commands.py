@@ -2,7 +2,9 @@
 composed from the very config the run composes (root ``conf/plan.yaml`` = ``train_crawler_ppo.yaml``). Prints a
 table, the GPU locks' CUDA and the NVIDIA driver each needs, and exits non-zero, naming the fix, when the plan does
 not fit. ``train crawler_ppo`` runs the same check at start-up (:func:`startup_check`; ``cluster.memory_check=false``
-turns it off).
+turns it off). Below the table: the estimate of one step plus one checkpoint
+(:mod:`scholar_agents.plan.preemption_window`) against ``cluster.shutdown_grace_s``; a training job under Slurm
+compares it with its signal lead at start-up (:func:`startup_window_check`).
 
 Config fields read defensively (absent = the default in brackets): ``ppo.rollout_sleep`` / ``llm.enable_sleep_mode``
 [false], ``llm.max_num_seqs`` [256], ``crawler.policy.batch_sessions`` [32], ``selector_llm.*``, ``ppo.base_model``
@@ -22,6 +24,7 @@ from omegaconf import DictConfig
 from scholar_agents.runtime.cluster import ClusterConfig, to_cluster_config
 from scholar_agents.plan.memory_plan import DTYPE_BYTES, Plan, PlanInputs, build_plan, suggest_fixes
 from scholar_agents.plan.model_sizes import shown_config_path
+from scholar_agents.plan.preemption_window import WindowEstimate, format_window, ppo_window, sft_window
 from scholar_agents.plan.sft_plan import SFTInputs, build_sft_plan, suggest_sft_fixes
 from scholar_agents.validation import UsageError, optional_positive_int
 
@@ -244,7 +247,34 @@ def install_lines() -> str:
                       *[f"  {line}" for line in lock_lines()]])
 
 
-def _print_and_judge(cfg: DictConfig, build) -> dict:
+def ppo_window_from_config(cfg: DictConfig, x: PlanInputs) -> WindowEstimate:
+    """One PPO step + one checkpoint on ``x.cluster`` (:mod:`scholar_agents.plan.preemption_window`)."""
+    ppo = cfg.ppo
+    sessions = int(_get(ppo, "queries_per_step", 4)) + sum(int(n) for n in _get(ppo, "expand_sessions", [6, 6]))
+    value = x.value.backbone_params + x.value.hidden if x.value is not None else 0  # backbone + scalar head
+    policy_trained = x.lora_trainable if x.lora_trainable is not None else x.policy.params
+    return ppo_window(x.cluster, sessions=sessions, seq_len=x.seq_len, seq_len_source=x.seq_len_source,
+                      ppo_epochs=int(_get(ppo, "ppo_epochs", 2)), trained_models=2 if x.value is not None else 1,
+                      # log pi_old and log pi_sft (the reference, or the LoRA policy with its adapter off), V_old
+                      scoring_forwards=3 if x.value is not None else 2,
+                      saved_params=policy_trained + value, trainable_params=policy_trained + value,
+                      zero_stage=x.zero_stage, model_dtype_bytes=x.model_dtype_bytes)
+
+
+def sft_window_from_config(cfg: DictConfig, x: SFTInputs) -> WindowEstimate:
+    """One SFT optimizer step + one checkpoint on ``x.cluster``."""
+    trained = x.lora_trainable if x.lora_trainable is not None else x.model.params  # LoRA: the adapter is saved
+    return sft_window(x.cluster, batch=x.batch, grad_accum=int(_get(cfg.sft, "gradient_accumulation_steps", 1)),
+                      seq_len=x.seq_len, saved_params=trained, trainable_params=trained, zero_stage=x.zero_stage,
+                      model_dtype_bytes=x.model_dtype_bytes)
+
+
+# Where the Slurm signal lead comes from, for the line under the estimate.
+LEAD_HINT = ("the sbatch templates' `#SBATCH --signal=B:USR1@<s>` (override: SBATCH_SIGNAL=B:USR1@<s> sbatch ...), "
+             "the submitit launchers' hydra.launcher.signal_delay_s")
+
+
+def _print_and_judge(cfg: DictConfig, build, window) -> dict:
     cluster = to_cluster_config(cfg.cluster)
     if not cluster.has_gpus:
         print(f"cluster={cluster.name} has no GPUs: nothing to plan. Plan for GPUs with e.g. cluster=h100_80gb "
@@ -253,22 +283,57 @@ def _print_and_judge(cfg: DictConfig, build) -> dict:
     p = build(cluster)
     print(format_plan(p))
     print(install_lines())
+    est = window(p.inputs)
+    print()
+    print(format_window(est, cluster, LEAD_HINT))
+    print()
     ok, message = verdict(p)
     if not ok:
         raise SystemExit(message)
     print(message)
     return {"fits": True, "cluster": cluster.name, "peak_gib": p.peak_gib,
-            "phases": {ph: p.phase_total(ph) for ph in p.phases}}
+            "phases": {ph: p.phase_total(ph) for ph in p.phases},
+            "preemption_window_s": {"step": est.step_s, "checkpoint": est.checkpoint_s, "total": est.total_s,
+                                    "shutdown_grace_s": cluster.shutdown_grace_s}}
 
 
 def plan(cfg: DictConfig) -> dict:
     """``scholar plan [crawler_ppo]``: print the PPO plan; exit 1 with the fix when it does not fit."""
-    return _print_and_judge(cfg, lambda cluster: build_plan(inputs_from_config(cfg, cluster)))
+    return _print_and_judge(cfg, lambda cluster: build_plan(inputs_from_config(cfg, cluster)),
+                            lambda x: ppo_window_from_config(cfg, x))
 
 
 def plan_sft(cfg: DictConfig) -> dict:
     """``scholar plan selector_sft`` / ``crawler_sft``: the same for supervised fine-tuning."""
-    return _print_and_judge(cfg, lambda cluster: build_sft_plan(sft_inputs_from_config(cfg, cluster)))
+    return _print_and_judge(cfg, lambda cluster: build_sft_plan(sft_inputs_from_config(cfg, cluster)),
+                            lambda x: sft_window_from_config(cfg, x))
+
+
+def startup_window_check(cfg: DictConfig, kind: str) -> list[str]:
+    """At the start of ``train crawler_ppo`` (``kind="ppo"``) / ``selector_sft`` / ``crawler_sft`` (``"sft"``) under
+    a launcher that exported the Slurm signal lead (``SCHOLAR_SIGNAL_LEAD_S``: ``slurm/job_env.sh``, the submitit
+    launchers): one warning line each where the lead is shorter than the estimated step + checkpoint on the
+    configured GPUs, or torchrun's shutdown window shorter than the lead (:func:`runtime.preemption.
+    check_preemption_window`). Returns the warnings; never stops the run."""
+    from scholar_agents.runtime import preemption
+
+    if preemption.signal_lead_s() is None:
+        return []
+    needed, what = None, ""
+    cluster = to_cluster_config(cfg.cluster)
+    if cluster.has_gpus:
+        try:
+            if kind == "ppo":
+                est = ppo_window_from_config(cfg, inputs_from_config(cfg, cluster))
+            else:
+                est = sft_window_from_config(cfg, sft_inputs_from_config(cfg, cluster))
+        except (UsageError, FileNotFoundError, ValueError) as e:
+            log.info("preemption window: no estimate (%s)", e)
+        else:
+            needed = est.total_s
+            what = (f"one step + one checkpoint on cluster={cluster.name} (~{est.step_s:.0f} s + "
+                    f"~{est.checkpoint_s:.0f} s by `scholar plan`)")
+    return preemption.check_preemption_window(needed, what)
 
 
 def _cluster_for_startup(cfg: DictConfig) -> ClusterConfig | None:

@@ -1,6 +1,7 @@
 """The hardware a run is planned for: ``conf/cluster/*.yaml`` (schema ``base_cluster``), read by ``scholar plan``, by
-the start-up memory check of ``train crawler_ppo``, by the CUDA check before every command (``require_cuda``) and, for
-the process-group timeout, by every multi-process command.
+the start-up memory check of ``train crawler_ppo``, by the CUDA check before every command (``require_cuda``), for the
+process-group timeout by every multi-process command, and for the preemption window (``shutdown_grace_s``) by
+``slurm/job_env.sh``'s torchrun and the submitit launchers.
 Free of heavy imports: every root config composes it."""
 
 from __future__ import annotations
@@ -37,6 +38,22 @@ class ClusterConfig:
     # device=cuda; true = always; false = never (ours: a GPU preset run on the CPU on purpose, a CPU twin; the
     # `scholar plan` roots set it, a plan computes nothing).
     require_cuda: Optional[bool] = None
+    # The preemption window (seconds): how long a warned job's processes may take to finish the step in flight, write
+    # its checkpoint and exit. slurm/job_env.sh's `scholar_torchrun` passes it to torchrun as --shutdown-timeout (the
+    # time between torchrun forwarding the warning to its workers and SIGKILLing them; torch's default is 30 s,
+    # TORCH_ELASTIC_SHUTDOWN_TIMEOUT), and the submitit launchers ask Slurm for their warning signal this long before
+    # the time limit (hydra.launcher.signal_delay_s). Keep it >= the sbatch templates' `--signal=B:USR1@<s>` lead and
+    # >= `scholar plan`'s estimate of one step + one checkpoint; a training job warns at start-up where either is not
+    # (runtime/preemption.check_preemption_window; docs/cluster.md "Preemption, time limits and requeue").
+    shutdown_grace_s: int = 300
+    # What `scholar plan` estimates one step + one checkpoint from (plan/preemption_window.py); the defaults are the
+    # h100_80gb preset's, for the presets' 7B models (conf/cluster/*.yaml cite the public figures they come from).
+    # Rollout engine: prompt + generated tokens per second and GPU (vLLM's `benchmark_throughput` "total tokens/s").
+    generation_tokens_per_s_per_gpu: float = 8000.0
+    # Training: tokens per second and GPU through one forward + backward pass (a forward alone counts a third).
+    train_tokens_per_s_per_gpu: float = 3000.0
+    # Write bandwidth (GB/s) one node gets to the shared filesystem holding the checkpoints.
+    checkpoint_write_gb_per_s_per_node: float = 2.0
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -50,6 +67,12 @@ class ClusterConfig:
             raise ValueError("cluster.headroom_gib and cluster.cpu_memory_gib must be >= 0")
         if not self.dist_timeout_minutes > 0:
             raise ValueError(f"cluster.dist_timeout_minutes must be > 0 (minutes), got {self.dist_timeout_minutes}")
+        if self.shutdown_grace_s < 0:
+            raise ValueError(f"cluster.shutdown_grace_s must be >= 0 (seconds), got {self.shutdown_grace_s}")
+        for name in ("generation_tokens_per_s_per_gpu", "train_tokens_per_s_per_gpu",
+                     "checkpoint_write_gb_per_s_per_node"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"cluster.{name} must be > 0, got {getattr(self, name)}")
 
     @property
     def world_size(self) -> int:

@@ -182,6 +182,81 @@ def export_network_env(socket_ifname: Optional[str] = None) -> dict[str, str]:
     return exported
 
 
+# The preemption window (docs/cluster.md "Preemption, time limits and requeue"). Slurm's signal lead is not in a job's
+# environment (and `scontrol show job` does not print it): slurm/job_env.sh exports it from SBATCH_SIGNAL or the batch
+# script's `#SBATCH --signal=` line, the submitit launchers from their signal_delay_s. slurm/job_env.sh's
+# `scholar_torchrun` exports the shutdown window it passed to torchrun (--shutdown-timeout, cluster.shutdown_grace_s).
+SIGNAL_LEAD_VAR = "SCHOLAR_SIGNAL_LEAD_S"
+SHUTDOWN_GRACE_VAR = "SCHOLAR_SHUTDOWN_GRACE_S"
+# torch 2.13's torchrun: --shutdown-timeout (PET_SHUTDOWN_TIMEOUT), else TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 s
+# (torch/distributed/launcher/api.py LaunchConfig.shutdown_timeout): then the workers get SIGKILL.
+TORCHRUN_SHUTDOWN_VARS = (SHUTDOWN_GRACE_VAR, "PET_SHUTDOWN_TIMEOUT", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
+TORCHRUN_DEFAULT_SHUTDOWN_S = 30
+
+
+def _seconds(var: str) -> Optional[float]:
+    raw = os.environ.get(var, "").strip()
+    try:
+        return float(raw) if raw else None
+    except ValueError:
+        log.warning("%s=%r is not a number of seconds: ignored", var, raw)
+        return None
+
+
+def signal_lead_s() -> Optional[float]:
+    """How long before its time limit Slurm warns this job (seconds), as the launchers export it
+    (``SCHOLAR_SIGNAL_LEAD_S``); None when unknown (not under our sbatch templates or submitit launchers)."""
+    return _seconds(SIGNAL_LEAD_VAR)
+
+
+def torchrun_shutdown_s() -> Optional[float]:
+    """Under torchrun: the seconds between torchrun forwarding a signal to its workers and SIGKILLing them; None
+    when this process was not started by torchrun."""
+    if not os.environ.get("TORCHELASTIC_RUN_ID"):
+        return None
+    for var in TORCHRUN_SHUTDOWN_VARS:
+        value = _seconds(var)
+        if value is not None:
+            return value
+    return float(TORCHRUN_DEFAULT_SHUTDOWN_S)
+
+
+def preemption_window_warnings(lead_s: Optional[float], needed_s: Optional[float] = None,
+                               needed_what: str = "one step + one checkpoint",
+                               shutdown_s: Optional[float] = None) -> list[str]:
+    """One line per problem with the preemption window: a Slurm signal lead (``lead_s``) shorter than what the job
+    needs to finish its step and checkpoint (``needed_s``), and a torchrun shutdown window (``shutdown_s``) shorter
+    than the lead. Nothing to say without a lead."""
+    out = []
+    if lead_s is None:
+        return out
+    if needed_s is not None and lead_s < needed_s:
+        out.append(f"preemption window: Slurm warns this job {lead_s:.0f} s before its time limit, but {needed_what} "
+                   f"needs ~{needed_s:.0f} s: the step in flight or its checkpoint may be lost. Raise the lead "
+                   f"(SBATCH_SIGNAL=B:USR1@<s> sbatch ..., hydra.launcher.signal_delay_s) and cluster.shutdown_grace_s")
+    if shutdown_s is not None and shutdown_s < lead_s:
+        out.append(f"preemption window: torchrun SIGKILLs its workers {shutdown_s:.0f} s after passing on the warning "
+                   f"(--shutdown-timeout = cluster.shutdown_grace_s), less than Slurm's {lead_s:.0f} s signal lead: "
+                   f"set cluster.shutdown_grace_s={lead_s:.0f} or more")
+    return out
+
+
+def check_preemption_window(needed_s: Optional[float] = None,
+                            needed_what: str = "one step + one checkpoint") -> list[str]:
+    """At the start of a training job: log (global rank 0) each :func:`preemption_window_warnings` line for this
+    process's lead and torchrun window, or one line saying the window is covered. Returns the warnings."""
+    lead, shutdown = signal_lead_s(), torchrun_shutdown_s()
+    warnings = preemption_window_warnings(lead, needed_s, needed_what, shutdown)
+    if global_rank() == 0 and lead is not None:
+        for line in warnings:
+            log.warning(line)
+        if not warnings:
+            log.info("preemption window: Slurm signal lead %.0f s%s%s", lead,
+                     f", torchrun shutdown window {shutdown:.0f} s" if shutdown is not None else "",
+                     f", {needed_what} ~{needed_s:.0f} s" if needed_s is not None else "")
+    return warnings
+
+
 def requeue_slurm_job(job_id: Optional[str] = None, timeout_s: float = 60.0) -> bool:
     """``scontrol requeue <job>``; True when Slurm accepted it. A job already being requeued by the scheduler
     (preemption, an admin's ``scontrol requeue``) rejects a second request: logged, not raised."""

@@ -74,12 +74,13 @@ def _batch(step: int, cfg: SlurmProbeConfig, w_true, rank: int):
     return x, y
 
 
-def _save_checkpoint(path: Path, model, optimizer, step: int, losses: list[float], restarts: list[int]) -> None:
+def _save_checkpoint(path: Path, model, optimizer, step: int, losses: list[float], restarts: list[int],
+                     preemptions: list[dict]) -> None:
     import torch
 
     tmp = path.with_suffix(".tmp")
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-                "losses": losses, "restarts": restarts}, tmp)
+                "losses": losses, "restarts": restarts, "preemptions": preemptions}, tmp)
     os.replace(tmp, path)  # atomic: a kill during the save leaves the previous checkpoint intact
 
 
@@ -115,6 +116,8 @@ def probe(cfg: DictConfig) -> dict:
 
     timeout_min = float((cfg.get("cluster") or {}).get("dist_timeout_minutes") or ClusterConfig.dist_timeout_minutes)
     handler = preemption.PreemptionHandler.install()
+    # one step is the probe's step + checkpoint (a checkpoint of 16 floats takes no time)
+    preemption.check_preemption_window(p.step_seconds, "one probe step (probe.step_seconds)")
     backend = _init_distributed(timeout_min)
     rank, world = collectives.rank(), collectives.world_size()
     device, ddp_kwargs = _placement(backend)
@@ -130,13 +133,14 @@ def probe(cfg: DictConfig) -> dict:
     model.to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=p.lr)
     w_true = _true_weights(p.dim, p.seed)  # CPU, like the batches' generators; batches move to `device`
-    start_step, losses, restarts = 0, [], []
+    start_step, losses, restarts, preemptions = 0, [], [], []
     if ckpt_path.exists():
         # weights_only: a checkpoint is data, never code (torch.load's safe mode).
         state = torch.load(ckpt_path, map_location=device, weights_only=True)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start_step, losses, restarts = int(state["step"]), list(state["losses"]), list(state["restarts"])
+        preemptions = list(state.get("preemptions", []))
         log.info("resumed from %s at step %d (restart %d)", ckpt_path, start_step, preemption.restart_count())
     resumed_from = start_step
     restarts.append(preemption.restart_count())
@@ -151,6 +155,7 @@ def probe(cfg: DictConfig) -> dict:
              preemption.restart_count())
     t0 = time.time()
     for step in range(start_step, p.steps):
+        step_started = time.time()
         x, y = (t.to(device) for t in _batch(step, p, w_true, rank))
         loss = torch.nn.functional.mse_loss(ddp(x), y)
         optimizer.zero_grad()
@@ -161,8 +166,12 @@ def probe(cfg: DictConfig) -> dict:
             time.sleep(p.step_seconds)
         done = step + 1
         stop = handler.should_stop()
+        if stop:  # when the signal came (this rank's; None: another rank's) and the step it interrupted
+            preemptions.append({"restart": preemption.restart_count(), "signals": list(handler.received),
+                                "signal_at": handler.received_at, "step_started_at": step_started,
+                                "checkpoint_step": done, "checkpoint_at": time.time()})
         if rank == 0 and (stop or done % p.checkpoint_every == 0 or done == p.steps):
-            _save_checkpoint(ckpt_path, model, optimizer, done, losses, restarts)
+            _save_checkpoint(ckpt_path, model, optimizer, done, losses, restarts, preemptions)
         if stop:
             log.warning("preemption requested (%s): checkpointed at step %d/%d", ",".join(handler.received),
                         done, p.steps)
@@ -180,6 +189,7 @@ def probe(cfg: DictConfig) -> dict:
         "resumed_from_step": resumed_from,
         "restarts": restarts,
         "restart_count": preemption.restart_count(),
+        "preemptions": preemptions,  # one record per preemption checkpoint (signal time, interrupted step)
         "world_size": world,
         "allreduce_ok": allreduce_ok,
         "backend": backend,

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 def crawler_ppo(cfg: DictConfig) -> dict:
     import os
 
-    from scholar_agents.plan.commands import startup_check
+    from scholar_agents.plan.commands import startup_check, startup_window_check
     from scholar_agents.train.ppo.rollout import check_colocated_tensor_parallel
     from scholar_agents.train.ppo.inputs import build_ppo_inputs
     from scholar_agents.train.ppo.trainer import PPOTrainer
@@ -31,6 +31,9 @@ def crawler_ppo(cfg: DictConfig) -> dict:
     check_colocated_tensor_parallel(str(cfg.llm.backend), int(cfg.llm.get("tensor_parallel_size") or 1),
                                     int(os.environ.get("WORLD_SIZE", "1")))
     startup_check(cfg)
+    # under Slurm: one warning line if the signal lead is shorter than `scholar plan`'s step + checkpoint estimate,
+    # or torchrun's shutdown window shorter than the lead (docs/cluster.md "Preemption, time limits and requeue")
+    startup_window_check(cfg, "ppo")
     trainer = PPOTrainer(build_ppo_inputs(cfg), run_dir(cfg))  # the config, typed once, and what it names, built
     try:
         summary = trainer.train()

@@ -116,6 +116,62 @@ def test_preempted_jobs_checkpoint_requeue_and_resume(slurm_cluster, tmp_path):
             assert metrics["final_loss"] < metrics["initial_loss"] / 10
 
 
+def test_torchrun_window_keeps_the_step_in_flight_and_its_checkpoint(slurm_cluster, tmp_path):
+    """The time-limit warning through srun + torchrun (`SCHOLAR_PROBE_TORCHRUN=1`, `scholar_torchrun`): the batch
+    shell gets SIGUSR1 (what `--signal=B:USR1@120` does) 2 s into an 8-s step. With cluster.shutdown_grace_s=120
+    (torchrun's --shutdown-timeout) both ranks finish that step AFTER the signal, checkpoint it (routine checkpoints
+    are off), the job is requeued and resumes from exactly that step. With 3 s, torch's own default being 30 s,
+    torchrun SIGKILLs the worker mid-step: no checkpoint, the requeued job starts again from step 0, and the worker
+    warned at start-up that its window was shorter than the lead."""
+    steps, step_s = 3, 8.0
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    jobs = {}
+    for name, grace, nproc in (("long", 120, 2), ("short", 3, 1)):
+        env = slurm_cluster.env(SCHOLAR_OUTPUTS=str(tmp_path / name), SCHOLAR_REPO=str(REPO), PYTHONPATH=str(REPO),
+                                SCHOLAR_VENV=str(Path(sys.executable).parents[1]), OMP_NUM_THREADS="1",
+                                SCHOLAR_PROBE_TORCHRUN="1", SCHOLAR_NPROC_PER_NODE=str(nproc))
+        job = _sh("sbatch", "--parsable", f"--job-name=window_{name}", f"--output={logs}/%x-%j.out",
+                  f"--partition={slurm_cluster.partition}", str(REPO / "slurm" / "probe.sbatch"),
+                  f"probe.steps={steps}", f"probe.step_seconds={step_s}", "probe.checkpoint_every=100",
+                  f"cluster.shutdown_grace_s={grace}", env=env).strip()
+        jobs[name] = (job, nproc, tmp_path / name / "slurm" / f"window_{name}" / job)
+
+    signalled, deadline = {}, time.time() + 180
+    while len(signalled) < len(jobs):
+        assert time.time() < deadline, f"jobs never started training: {[(n, _sacct(j[0])) for n, j in jobs.items()]}"
+        for name, (job, nproc, _) in jobs.items():
+            if name not in signalled and _log_text(logs, job).count("training from step 0") >= nproc:
+                time.sleep(2.0)  # into step 0 (8 s of it)
+                signalled[name] = time.time()
+                _sh("scancel", "--batch", "--signal=USR1", job)
+        time.sleep(0.2)
+
+    job, _, run_dir = jobs["long"]
+    records = _wait_finished(job, timeout=180)
+    text = _log_text(logs, job)
+    assert [r["state"] for r in records] == ["REQUEUED", "COMPLETED"], (records, text[-4000:])
+    assert "caught SIGUSR1 in the batch shell" in text and "SIGUSR1 -> pid" in text, text[-4000:]
+    assert "preemption window: Slurm signal lead 120 s, torchrun shutdown window 120 s" in text
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["restarts"] == [0, 1] and metrics["world_size"] == 2, metrics
+    (record,) = metrics["preemptions"]
+    assert record["restart"] == 0 and set(record["signals"]) == {"SIGUSR1"}, record
+    # the step in flight (step 0) was interrupted by the signal, finished after it, and is what was checkpointed
+    assert record["step_started_at"] < signalled["long"] <= record["signal_at"] < record["checkpoint_at"]
+    assert record["checkpoint_at"] - record["step_started_at"] >= step_s and record["checkpoint_step"] == 1
+    assert metrics["resumed_from_step"] == 1  # the requeued job resumed from exactly that checkpoint
+
+    job, _, run_dir = jobs["short"]
+    records = _wait_finished(job, timeout=180)
+    text = _log_text(logs, job)
+    assert [r["state"] for r in records] == ["REQUEUED", "COMPLETED"], (records, text[-4000:])
+    assert "torchrun SIGKILLs its workers 3 s after passing on the warning" in text  # the start-up warning
+    assert "forcefully exiting via 9" in text and "checkpointed at step" not in text, text[-4000:]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["restarts"] == [1] and metrics["resumed_from_step"] == 0 and metrics["preemptions"] == []
+
+
 def _log_text(logs: Path, job: str) -> str:
     return "\n".join(p.read_text(errors="replace") for p in logs.glob(f"*-{job}.out"))
 

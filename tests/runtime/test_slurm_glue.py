@@ -150,6 +150,78 @@ def test_requeue_glue_forwards_batch_shell_signal_as_sigterm(no_slurm, tmp_path)
     assert "caught SIGUSR1 in the batch shell" in err and "step exited 75" in err
 
 
+def test_requeue_glue_passes_the_warning_to_srun_as_sigusr1(no_slurm, tmp_path):
+    """srun turns a SIGTERM of its own into SIGKILL for its tasks ("forcing job termination"): a step started
+    through srun (`scholar_torchrun`) gets the warning as SIGUSR1, which srun passes on. Here `srun` is a stand-in
+    that records the signal it got (the real path runs in tests/runtime/test_slurm_cluster.py)."""
+    srun = tmp_path / "srun"
+    srun.write_text(
+        f"#!{sys.executable}\n"
+        "import time\n"
+        "from scholar_agents.runtime.preemption import PreemptionHandler\n"
+        "h = PreemptionHandler.install()\n"
+        "print('ready', flush=True)\n"
+        "while not h.should_stop():\n    time.sleep(0.02)\n"
+        "print('stopping on', h.received, flush=True)\n"
+        "h.exit_for_requeue()\n")
+    srun.chmod(0o755)
+    script = tmp_path / "job.sh"
+    script.write_text(f"source {REPO}/slurm/requeue_glue.sh\nrun_preemptible {srun}\nexit $?\n")
+    proc = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**no_slurm, "PYTHONPATH": str(REPO)})
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 75, err
+    assert "stopping on ['SIGUSR1']" in out
+    assert "caught SIGUSR1 in the batch shell" in err and "SIGUSR1 -> pid" in err
+
+
+def _job_env_lines(tmp_path, header: str, env: dict, body: str) -> list[str]:
+    """Run a batch script with ``header`` (its #SBATCH lines) that sources slurm/job_env.sh in dry-run mode."""
+    script = tmp_path / "job.sbatch"
+    script.write_text(f"#!/bin/bash\n{header}source {REPO}/slurm/job_env.sh\n{body}")
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env={**env, "SCHOLAR_DRY_RUN": "1", "SCHOLAR_REPO": str(REPO), "SCHOLAR_VENV": sys.prefix,
+                              "SCHOLAR_OUTPUTS": str(tmp_path / "outputs")})
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines() + out.stderr.splitlines()
+
+
+def test_job_env_reads_the_signal_lead_the_job_was_submitted_with(no_slurm, tmp_path):
+    """The lead is in no Slurm variable: SBATCH_SIGNAL (what sbatch read) wins over the script's #SBATCH line; an
+    exported SCHOLAR_SIGNAL_LEAD_S over both; a --signal without @<s> is Slurm's default 60 s."""
+    env = {k: v for k, v in no_slurm.items() if k not in ("SBATCH_SIGNAL", "SCHOLAR_SIGNAL_LEAD_S")}
+    show = 'echo "lead=${SCHOLAR_SIGNAL_LEAD_S:-none}"\n'
+    cases = [("#SBATCH --signal=B:USR1@450\n", {}, "lead=450"),
+             ("#SBATCH --time=10\n#SBATCH --signal B:USR1@90\n", {}, "lead=90"),
+             ("#SBATCH --signal=B:USR1@450\n", {"SBATCH_SIGNAL": "B:USR1@700"}, "lead=700"),
+             ("#SBATCH --signal=B:USR1@450\n", {"SCHOLAR_SIGNAL_LEAD_S": "30"}, "lead=30"),
+             ("#SBATCH --signal=USR2\n", {}, "lead=60"),
+             ("#SBATCH --time=10\n", {}, "lead=none")]
+    for header, extra, expect in cases:
+        assert expect in _job_env_lines(tmp_path, header, {**env, **extra}, show), (header, extra)
+
+
+def test_scholar_torchrun_passes_cluster_shutdown_grace_s_to_torchrun(no_slurm, tmp_path):
+    """torchrun's --shutdown-timeout is the composed config's cluster.shutdown_grace_s (or SCHOLAR_SHUTDOWN_GRACE_S),
+    and torchrun handles the warnings (SIGUSR1 reaches it through srun)."""
+    env = {k: v for k, v in no_slurm.items() if not k.startswith(("SBATCH_", "SCHOLAR_"))}
+    run = 'scholar_torchrun slurm probe "$@"\n'
+    header = "#SBATCH --signal=B:USR1@120\n"
+    lines = _job_env_lines(tmp_path, header, env, run.replace('"$@"', "cluster.shutdown_grace_s=45"))
+    step = next(line for line in lines if line.startswith("[dry-run] srun "))
+    assert "--shutdown-timeout=45 " in step and "cluster.shutdown_grace_s=45" in step
+    assert "--signals-to-handle=SIGTERM\\,SIGINT\\,SIGHUP\\,SIGQUIT\\,SIGUSR1\\,SIGUSR2" in step
+    assert "[job_env] preemption window: Slurm's signal lead 120 s, torchrun's shutdown window 45 s " \
+           "(cluster.shutdown_grace_s)" in lines
+    default = next(line for line in _job_env_lines(tmp_path, header, env, run.replace('"$@"', ""))
+                   if line.startswith("[dry-run] srun "))
+    assert "--shutdown-timeout=300 " in default  # conf/cluster/cpu.yaml
+    exported = _job_env_lines(tmp_path, header, {**env, "SCHOLAR_SHUTDOWN_GRACE_S": "77"}, run.replace('"$@"', ""))
+    assert any("--shutdown-timeout=77 " in line for line in exported)
+
+
 def test_requeue_glue_reports_a_step_that_ignores_the_protocol(no_slurm, tmp_path):
     """A step without preemption.py dies of the forwarded SIGTERM; the glue would requeue the job (here: no job)."""
     script = tmp_path / "job.sh"
@@ -249,6 +321,9 @@ def test_launcher_configs_compose(monkeypatch, launcher, target, nodes, partitio
         cfg = compose("slurm_probe", [f"hydra/launcher={launcher}"], return_hydra_config=True)
     launch = cfg.hydra.launcher
     assert launch._target_.endswith(target) and launch.nodes == nodes
+    if target == "SlurmLauncher":  # the preemption window: cluster.shutdown_grace_s, exported for the start-up check
+        assert launch.signal_delay_s == cfg.cluster.shutdown_grace_s == 300  # cluster=cpu
+        assert "export SCHOLAR_SIGNAL_LEAD_S=300" in launch.setup
     if partition is not None:
         assert launch.partition == partition
         assert OmegaConf.to_container(launch.additional_parameters) == {"requeue": True}
@@ -284,7 +359,8 @@ def test_launcher_sbatch_gives_srun_the_cpus_per_task(monkeypatch, tmp_path, lau
     with initialize_config_dir(version_base="1.3", config_dir=str(hydra_app.CONF_DIR)):
         cfg = compose("train_crawler_ppo", [f"hydra/launcher={launcher}", "experiment=pasa_crawler_ppo"],
                       return_hydra_config=True)
-    params = {k: v for k, v in OmegaConf.to_container(cfg.hydra.launcher, resolve=False).items()
+    # resolved, as the plugin's __init__ does (signal_delay_s and the lead's export read cluster.shutdown_grace_s)
+    params = {k: v for k, v in OmegaConf.to_container(cfg.hydra.launcher, resolve=True).items()
               if k not in {"_target_", "submitit_folder"}}
     # what hydra_submitit_launcher's BaseSubmititLauncher.launch does with them
     executor = submitit.AutoExecutor(cluster="slurm", folder=tmp_path,
@@ -298,3 +374,7 @@ def test_launcher_sbatch_gives_srun_the_cpus_per_task(monkeypatch, tmp_path, lau
     export = "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK"
     assert export in text and text.index(export) < text.index(srun)
     assert cfg.hydra.runtime.choices.experiment == "pasa_crawler_ppo"
+    # the preemption window: the experiment's cluster.shutdown_grace_s (h100_80gb), whichever launcher
+    grace = cfg.cluster.shutdown_grace_s
+    assert grace == 600 and f"#SBATCH --signal=USR2@{grace}" in text
+    assert f"export SCHOLAR_SIGNAL_LEAD_S={grace}" in text

@@ -1,0 +1,64 @@
+"""The preemption window in ``runtime/preemption.py``: the Slurm signal lead and torchrun's shutdown window as the
+launchers export them, and the one-line warnings of the start-up check. (The signal handler and the batch-shell
+glue: tests/runtime/test_slurm_glue.py; on a real cluster: tests/runtime/test_slurm_cluster.py.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from scholar_agents.runtime import preemption
+
+WINDOW_VARS = ("SCHOLAR_SIGNAL_LEAD_S", "SCHOLAR_SHUTDOWN_GRACE_S", "TORCHELASTIC_RUN_ID", "PET_SHUTDOWN_TIMEOUT",
+               "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "RANK", "SLURM_PROCID")
+
+
+@pytest.fixture
+def env(monkeypatch):
+    for var in WINDOW_VARS:
+        monkeypatch.delenv(var, raising=False)
+    return monkeypatch
+
+
+def test_lead_and_torchrun_window_from_the_environment(env):
+    assert preemption.signal_lead_s() is None and preemption.torchrun_shutdown_s() is None
+    env.setenv("SCHOLAR_SIGNAL_LEAD_S", "300")
+    assert preemption.signal_lead_s() == 300
+    env.setenv("TORCHELASTIC_RUN_ID", "4242")  # started by torchrun: torch 2.13's default window
+    assert preemption.torchrun_shutdown_s() == preemption.TORCHRUN_DEFAULT_SHUTDOWN_S == 30
+    env.setenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "90")  # torch's own variable
+    assert preemption.torchrun_shutdown_s() == 90
+    env.setenv("SCHOLAR_SHUTDOWN_GRACE_S", "600")  # what slurm/job_env.sh passed as --shutdown-timeout
+    assert preemption.torchrun_shutdown_s() == 600
+    env.setenv("SCHOLAR_SIGNAL_LEAD_S", "soon")
+    assert preemption.signal_lead_s() is None  # logged, not raised
+
+
+def test_window_warnings_are_one_line_each_naming_both_figures():
+    lead_short, torchrun_short = preemption.preemption_window_warnings(300, 412.4, "one PPO step + checkpoint", 30)
+    for line in (lead_short, torchrun_short):
+        assert "\n" not in line and line.startswith("preemption window: ")
+    assert "300 s before its time limit" in lead_short and "one PPO step + checkpoint needs ~412 s" in lead_short
+    assert "SIGKILLs its workers 30 s after" in torchrun_short and "Slurm's 300 s signal lead" in torchrun_short
+    assert "cluster.shutdown_grace_s=300 or more" in torchrun_short
+    assert preemption.preemption_window_warnings(600, 412, "x", 600) == []  # covered
+    assert preemption.preemption_window_warnings(None, 412, "x", 30) == []  # lead unknown: nothing to compare
+    assert preemption.preemption_window_warnings(300, None, "x", None) == []  # no estimate, not under torchrun
+
+
+def test_check_logs_on_rank_0_only(env, caplog):
+    env.setenv("SCHOLAR_SIGNAL_LEAD_S", "120")
+    env.setenv("TORCHELASTIC_RUN_ID", "4242")
+    env.setenv("SCHOLAR_SHUTDOWN_GRACE_S", "5")
+    with caplog.at_level("INFO", logger="scholar_agents.runtime.preemption"):
+        (line,) = preemption.check_preemption_window(10.0, "one probe step")
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [line]
+    caplog.clear()
+    env.setenv("RANK", "1")
+    with caplog.at_level("INFO", logger="scholar_agents.runtime.preemption"):
+        assert len(preemption.check_preemption_window(10.0, "one probe step")) == 1
+    assert not caplog.records  # the other ranks say nothing
+    env.setenv("RANK", "0")
+    env.setenv("SCHOLAR_SHUTDOWN_GRACE_S", "120")
+    with caplog.at_level("INFO", logger="scholar_agents.runtime.preemption"):
+        assert preemption.check_preemption_window(10.0, "one probe step") == []
+    assert "Slurm signal lead 120 s, torchrun shutdown window 120 s, one probe step ~10 s" in caplog.text
