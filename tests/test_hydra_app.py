@@ -88,7 +88,7 @@ def test_cluster_socket_ifname_reaches_nccl_and_gloo_without_overriding_the_user
             return {k: os.environ.get(k) for k in NETWORK_VARS}
 
     assert inside() == {"NCCL_SOCKET_IFNAME": None, "GLOO_SOCKET_IFNAME": None, "NCCL_DEBUG": "WARN"}
-    assert inside("cluster=h100_80gb", "cluster.socket_ifname=ib0") == {
+    assert inside("cluster=h100_80gb", "cluster.require_cuda=false", "cluster.socket_ifname=ib0") == {
         "NCCL_SOCKET_IFNAME": "ib0", "GLOO_SOCKET_IFNAME": "ib0", "NCCL_DEBUG": "WARN"}
     assert not any(k in os.environ for k in (*NETWORK_VARS, "RANK"))  # restored
     assert inside("cluster.socket_ifname='^docker0,lo'") == {
