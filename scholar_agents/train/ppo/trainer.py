@@ -76,7 +76,7 @@ from scholar_agents.train.ppo.rollout import (
     RolloutEngine,
     SessionSample,
     build_samples,
-    collect_sessions,
+    collect,
     gold_sets,
     reward_stats,
 )
@@ -292,7 +292,7 @@ class PPOTrainer:
                 ref_logits = self._ref_logits(b) if not frozen else None
             if not idx:
                 continue
-            vs = from_grid(response_values(v, b.width), b.lengths)
+            vs = from_grid(response_values(v, b.width), b.lengths) if v is not None else [np.zeros(n) for n in b.lengths]
             lo = from_grid(response_logprobs(logits, b.response_ids), b.lengths) if not frozen else None
             lr = from_grid(response_logprobs(ref_logits, b.response_ids), b.lengths) if not frozen else None
             for k, i in enumerate(idx):
@@ -313,6 +313,8 @@ class PPOTrainer:
     @torch.no_grad()
     def _child_values(self, samples: list[SessionSample]) -> int:
         """Σ_j V̂^old(S_{q+p_j}) for every action (Eq. 3's bootstrap), one value forward per distinct start state."""
+        if not self.pcfg.uses_value:
+            return 0  # grpo / rloo: no V̂, no bootstrap
         model = self.accelerator.unwrap_model(self.model)
         keys = sorted({(s.record.user_query, pid) for s in samples for st in s.steps for pid in st.children})
         prompts = {k: self.engine.llm.prompt_token_ids(self.env.state_messages(k[0], k[1])) for k in keys}
@@ -343,10 +345,10 @@ class PPOTrainer:
         self.rollout_policy.seed = p.seed + 100_003 * step + 7 * self.rank
         crawler = self.engine.crawler(self.rollout_policy)
         env_t0 = sum(self.env.timing.values())
-        records, counts = collect_sessions(self.env, crawler, queries, [int(n) for n in p.expand_sessions],
-                                           self.expand_rng)
+        records, crawls, counts = collect(self.env, crawler, queries, p, self.expand_rng)  # sessions or crawls
         t1 = time.perf_counter()
-        samples = build_samples(records, self.env, self.gold, self.selector, p.reward_config(), p.bootstrap_all_papers)
+        samples = build_samples(records, self.env, self.gold, self.selector, p.reward_config(), p.bootstrap_all_papers,
+                                crawls)
         t_reward = time.perf_counter() - t1
         gen_tokens = sum(len(r.response_token_ids) for r in records)
         m = {
@@ -501,7 +503,7 @@ class PPOTrainer:
         with self._autocast():
             logits, v = self.model(b.input_ids, b.attention_mask, b.position_ids, n_logits=W + 1,
                                    with_policy=not frozen, with_value=True, freeze_shared_backbone=frozen)
-        values = response_values(v, W)
+        values = response_values(v, W) if v is not None else v_old  # grpo / rloo: no V̂, the value loss is 0
         # the share of the minibatch's tokens this batch holds: turns the normalised losses back into batch means
         v_share = 1.0 if n_value_tokens is None else float(vmask.sum()) / max(n_value_tokens, 1.0)
         share = 1.0 if n_tokens is None else float(mask.sum()) / max(n_tokens, 1.0)
@@ -525,7 +527,7 @@ class PPOTrainer:
         with self._autocast():
             logits, v = self.model(b.input_ids, b.attention_mask, b.position_ids, n_logits=b.width + 1,
                                    with_policy=not frozen, with_value=True, freeze_shared_backbone=frozen)
-        return 0.0 * (v.float().sum() + (logits.float().sum() if logits is not None else 0.0))
+        return 0.0 * ((v.float().sum() if v is not None else 0.0) + (logits.float().sum() if logits is not None else 0.0))
 
     def _sync_and_step(self, frozen: bool) -> float:
         """Sum the gradients over processes (each was already divided by the global count), clip, step. While

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -191,3 +192,32 @@ def test_torchrun_two_processes_match_one_process(tiny_model_dir, ppo_papers, tm
         assert "eval_end" in load_rows(tmp_path / d)
         trajs = [load_trajectories(tmp_path / d, "eval_end", r["qid"]) for r in rows[0]]
         assert all(len(t) == 1 and t[0]["sessions"] for t in trajs), d
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo"])
+def test_critic_free_estimators_train_whole_crawls_without_a_value_model(tiny_model_dir, ppo_papers, tmp_path,
+                                                                         estimator):
+    """ppo.estimator=grpo|rloo: no value model is built, trained or checkpointed; the policy_freeze_steps default
+    (value warm-up) is forced to 0; every session belongs to one of group_size × queries_per_step whole crawls, each
+    run to its end (crawler=cpu_smollm2's budgets); every token of a crawl gets the crawl's advantage."""
+    tr = make_trainer(tiny_model_dir, ppo_papers, tmp_path, estimator=estimator, group_size=2, policy_freeze_steps=1,
+                      total_steps=1)
+    try:
+        assert tr.pcfg.policy_freeze_steps == 0 and not tr.model.critic
+        assert tr.model.value is None and tr.model.value_head is None and tr.value_params == []
+        policy0 = snapshot(tr.model.policy)
+        samples, m = tr.rollout(0)
+        crawls = {s.crawl for s in samples}
+        assert samples and crawls <= set(range(4)) and None not in crawls
+        targets, batch, m2 = tr.compute_targets(samples, frozen=False)
+        assert m2["rollout/child_states_valued"] == 0 and all(t.value_mask.sum() == 0 for t in targets)
+        for s, t in zip(samples, targets):  # one advantage per crawl, on every token
+            same = [u for r, u in zip(samples, targets) if r.crawl == s.crawl]
+            assert np.all(t.advantages == t.advantages[0]) and all(u.advantages[0] == t.advantages[0] for u in same)
+        targets[0].advantages[:] = 1.0  # the tiny random policy's crawls often tie (all-invalid): force a gradient
+        stats = tr.update(samples, targets, batch, step=0, frozen=False)
+        assert stats["actor/frozen"] == 0.0 and changed(policy0, tr.model.policy)
+        path = tr.save(1)
+        assert (path / "policy").is_dir() and not (path / "value").exists()
+    finally:
+        tr.close()
