@@ -209,7 +209,9 @@ def grpo_advantages(returns: Sequence[float], groups: Sequence, scale: bool = Tr
     """GRPO's outcome advantage (Shao et al. 2024, DeepSeekMath §4.1.2): A_i = (R_i − mean)/(std + eps) over i's
     group, std the sample standard deviation (Bessel, as TRL's GRPOTrainer: ``torch.std``; its eps 1e-4).
     ``scale=False`` is Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training"): R_i − mean, no division
-    by std (which up-weights groups whose returns barely differ). A group of one gets 0."""
+    by std (which up-weights groups whose returns barely differ); Dr. GRPO's other fix, no per-sequence length
+    normalisation, is already how the trainer sums the loss (over a minibatch's tokens / their count). A group of
+    one gets 0."""
     R = np.asarray(returns, dtype=np.float64)
     out = np.zeros_like(R)
     for idx in _group_index(groups).values():

@@ -8,7 +8,7 @@ One PPO step, per process (``torchrun`` runs one per device; every process rolls
    batched Selector call;
 3. **returns** (``timing_s/returns``): log π_θ^old and log π_sft of every response token (the per-token KL), V̂^old at
    every action's state and at the S_{q+p_j} states of the papers each action added; then R̂ (Eq. 3) and
-   Â = R̂ − V̂ (Eq. 4) — or the official code's GAE (``ppo.estimator=gae``);
+   Â = R̂ − V̂ (Eq. 4) — or GAE (``gae``), or a group baseline over whole crawls without V̂ (``grpo``, ``rloo``);
 4. **update** (``timing_s/update``): ``ppo_epochs`` passes over the sessions in minibatches of
    ``forward_batch_size × grad_accum`` sessions; L = L_policy (Eq. 5) + η·L_value (Eqs. 6–7) (Eq. 8), each a mean
    over the minibatch's tokens (all forward batches, all processes: a token weighs the same however the minibatch

@@ -217,7 +217,14 @@ def test_critic_free_estimators_train_whole_crawls_without_a_value_model(tiny_mo
         targets[0].advantages[:] = 1.0  # the tiny random policy's crawls often tie (all-invalid): force a gradient
         stats = tr.update(samples, targets, batch, step=0, frozen=False)
         assert stats["actor/frozen"] == 0.0 and changed(policy0, tr.model.policy)
-        path = tr.save(1)
+        path, trained = tr.save(1), snapshot(tr.model.policy)
         assert (path / "policy").is_dir() and not (path / "value").exists()
+    finally:
+        tr.close()
+    tr = make_trainer(tiny_model_dir, ppo_papers, tmp_path, estimator=estimator, group_size=2, total_steps=2)
+    try:  # resumes from the checkpoint without a value model, and trains on
+        assert tr.start_step == 1 and not tr.model.critic
+        torch.testing.assert_close(snapshot(tr.model.policy), trained)
+        assert tr.train_step(1)["actor/frozen"] == 0.0
     finally:
         tr.close()
