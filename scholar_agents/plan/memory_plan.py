@@ -265,7 +265,8 @@ def build_plan(x: PlanInputs) -> Plan:
         parts += [(model, f"{label}weights", w), (model, f"{label}gradients", g),
                   (model, f"{label}optimizer states", o)]
     if stage == 3:
-        parts.append(("policy + value" if x.critic else "policy", "ZeRO-3 gathered layer (4 B x largest layer)", 4 * largest))
+        parts.append(("policy + value" if x.critic else "policy", "ZeRO-3 gathered layer (4 B x largest layer)",
+                      4 * largest))
     # the split is exact for the estimators' formulas; integer division may leave a few bytes: give them to the last
     parts[-1] = (parts[-1][0], parts[-1][1], parts[-1][2] + gpu - sum(b for _, _, b in parts))
     for model, item, b in parts:
@@ -341,7 +342,8 @@ def build_plan(x: PlanInputs) -> Plan:
     score_layer = inference_layer_bytes(x.policy, x.score_batch_size, x.seq_len)
     # the policy's and π_sft's logits (a separate reference, or the LoRA policy with its adapter off) side by side
     score_logits = 2 * logits_bytes(x.policy, x.score_batch_size, x.response_len, False)
-    rows.append(Row("policy + reference" + (" + value" if x.critic else ""), f"no-grad scoring ({x.score_batch_size} x {x.seq_len} tokens: one "
+    scored = "policy + reference" + (" + value" if x.critic else "")
+    rows.append(Row(scored, f"no-grad scoring ({x.score_batch_size} x {x.seq_len} tokens: one "
                     f"layer at a time + policy and reference logits)", _gib(score_layer + score_logits), ("score",),
                     "hand: s·b·(8h + 6I) + 10 B per kept logit"))
 

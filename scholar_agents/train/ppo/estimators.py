@@ -239,9 +239,10 @@ class GroupEstimator(Estimator):
     is unchanged and the update needs no extra reference forward (log π_sft comes from the scoring pass every
     estimator already runs). The crawl's group advantage goes to EVERY generated token of every session of the
     crawl; Eq. 5's clip is unchanged; no value loss (value targets empty). Crawls are grouped by query id (two draws
-    of one query in a step share a group: same query, same baseline). A crawl none of whose sessions generated a
-    token (e.g. ``crawler.policy.search=user_query`` and nothing to expand) has nothing to train and is not in its
-    group's baseline."""
+    of one query in a step share a group: same query, same baseline). Only sessions with generated tokens are
+    samples: under ``crawler.policy.search=user_query`` the environment's own search session (no tokens, the same
+    query for every member) is not in R, and a crawl with no generated token at all has nothing to train and is not
+    in its group's baseline."""
 
     uses_value = False
 

@@ -102,9 +102,10 @@ def build_policy_and_value(p: PPOConfig, init_path: str, resume_from: Path | Non
                   else load_causal_lm(p, init_path, p.policy_init))
     value_init = resolve_model_path(p.value_model) if p.value_model else init_path
     # grpo / rloo: no value model, neither built nor loaded (PolicyAndValue with critic=False)
-    model = PolicyAndValue(policy, critic=False) if not p.uses_value else build_value(p.value_head, policy, value_init, model_dtype(p.model_dtype), seed=p.seed,
-                        saved_dir=saved / "value" if saved is not None else None,
-                        attn_implementation=attn_implementation(p), init=p.policy_init)
+    model = PolicyAndValue(policy, critic=False) if not p.uses_value else build_value(
+        p.value_head, policy, value_init, model_dtype(p.model_dtype), seed=p.seed,
+        saved_dir=saved / "value" if saved is not None else None, attn_implementation=attn_implementation(p),
+        init=p.policy_init)
     if p.gradient_checkpointing:
         policy.gradient_checkpointing_enable()
         if model.value is not None:  # none under grpo / rloo

@@ -292,7 +292,7 @@ class PPOTrainer:
                 ref_logits = self._ref_logits(b) if not frozen else None
             if not idx:
                 continue
-            vs = from_grid(response_values(v, b.width), b.lengths) if v is not None else [np.zeros(n) for n in b.lengths]
+            vs = [np.zeros(n) for n in b.lengths] if v is None else from_grid(response_values(v, b.width), b.lengths)
             lo = from_grid(response_logprobs(logits, b.response_ids), b.lengths) if not frozen else None
             lr = from_grid(response_logprobs(ref_logits, b.response_ids), b.lengths) if not frozen else None
             for k, i in enumerate(idx):
@@ -527,7 +527,7 @@ class PPOTrainer:
         with self._autocast():
             logits, v = self.model(b.input_ids, b.attention_mask, b.position_ids, n_logits=b.width + 1,
                                    with_policy=not frozen, with_value=True, freeze_shared_backbone=frozen)
-        return 0.0 * ((v.float().sum() if v is not None else 0.0) + (logits.float().sum() if logits is not None else 0.0))
+        return 0.0 * sum(t.float().sum() for t in (v, logits) if t is not None)
 
     def _sync_and_step(self, frozen: bool) -> float:
         """Sum the gradients over processes (each was already divided by the global count), clip, step. While

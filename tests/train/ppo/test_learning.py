@@ -180,8 +180,8 @@ def test_cost_critic_free_estimators_learn_the_gold_section_but_not_yet_to_stop(
     """cost (5 sections, one cites the gold papers, each [Expand] costs c = 0.1) with one scalar per crawl: 8 queries x
     G = 4 crawls a step, 30 steps. Measured over seeds 0-2 (first 2 -> last 3 steps): the hub sessions that expand
     Related Work 0.28-0.41 -> 0.83-0.95 (grpo), 0.34-0.41 -> 0.99-1.00 (rloo); but the cost of the other sections is
-    not learnt in 30 steps: actions per crawl 2.4-2.7 -> 2.6-2.8 (paper_mc, per action credit: 2.5-2.75 -> 2.0-2.4),
-    optimal-action rate 0.09-0.11 -> 0.20-0.27 (grpo), 0.05-0.13 -> 0.30-0.37 (rloo) (paper_mc 0.63-0.96). A crawl's −0.1 per extra section is small beside
+    not learnt in 30 steps: actions per crawl 2.4-2.7 -> 2.6-2.8 (paper_mc, per action credit: 2.5-2.75 ->
+    2.0-2.4), optimal-action rate 0.09-0.11 -> 0.20-0.27 (grpo), 0.05-0.13 -> 0.30-0.37 (rloo) (paper_mc 0.63-0.96). A crawl's −0.1 per extra section is small beside
     the ±1.5 per gold paper the same scalar carries. Thresholds: Related Work rate <= 0.5 -> >= 0.7, optimal-action
     rate up by >= 0.05."""
     rows = run_ppo(known_tasks, "cost", tmp_path, estimator=estimator, group_size=4, queries_per_step=8,
