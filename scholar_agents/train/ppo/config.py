@@ -94,6 +94,9 @@ class PPOConfig:
     # al. 2025). rloo: R − mean of the OTHER G−1 returns (Ahmadian et al. 2024).
     group_size: int = 4
     scale_rewards: bool = True  # grpo only
+    # grpo / rloo: true = −β·Σ token KL inside the crawl's return (as Eq. 3); false = β·KL (k3) to π_sft as a loss
+    # term on every token (DeepSeekMath Eq. 3, TRL's GRPO). paper_mc and gae always put it in the return.
+    kl_in_return: bool = True
     # Ours: bootstrap only from added papers the environment will start a session from (those with sections,
     # above the depth limit): the others have no reward-to-go. true = every added paper (Eq. 3 literally).
     bootstrap_all_papers: bool = False
@@ -159,6 +162,9 @@ class PPOConfig:
             raise ValueError(f"ppo.expand_sessions must be counts >= 0, got {self.expand_sessions}")
         if self.policy_freeze_steps < 0:
             raise ValueError("ppo.policy_freeze_steps must be >= 0")
+        if not self.kl_in_return and self.estimator not in CRITIC_FREE:
+            raise ValueError(f"ppo.kl_in_return=false (the KL as a loss term) is for ppo.estimator=grpo|rloo; "
+                             f"{self.estimator} puts it in its returns")
         if self.estimator in CRITIC_FREE:
             if self.group_size < 2:
                 raise ValueError(f"ppo.estimator={self.estimator} compares the crawls of a group: ppo.group_size "

@@ -235,9 +235,11 @@ class GroupEstimator(Estimator):
     A crawl's return is R = Σ over ALL its sessions and actions of Eq. 1's r(s_t, a_t) − β · Σ over all its
     generated tokens of log π_old/π_sft: an [Expand] whose papers lead to gold one session later is credited
     through the crawl's return, not through V̂ (there is none: γ1 and the bootstrap play no part). The KL is in the
-    return, as Eq. 3 puts it (and TRL's PPO/RLOO do), not a separate loss term as TRL's GRPO adds: then Eq. 5's loss
-    is unchanged and the update needs no extra reference forward (log π_sft comes from the scoring pass every
-    estimator already runs). The crawl's group advantage goes to EVERY generated token of every session of the
+    return, as Eq. 3 puts it (and TRL's PPO/RLOO do), by default: then Eq. 5's loss is unchanged and the update
+    needs no extra reference forward (log π_sft comes from the scoring pass every estimator already runs).
+    ``ppo.kl_in_return=false`` moves it into the loss instead (β·k3 per token, TRL's GRPO; the same scored
+    log π_sft, still no extra forward): measured on the cost task, the crawl-summed sampled log-ratio in R is noise
+    that hides a −0.1 action cost (tests/train/ppo/test_learning.py). The crawl's group advantage goes to EVERY generated token of every session of the
     crawl; Eq. 5's clip is unchanged; no value loss (value targets empty). Crawls are grouped by query id (two draws
     of one query in a step share a group: same query, same baseline). Only sessions with generated tokens are
     samples: under ``crawler.policy.search=user_query`` the environment's own search session (no tokens, the same
@@ -257,7 +259,7 @@ class GroupEstimator(Estimator):
             if s.crawl is None:
                 raise ValueError(f"ppo.estimator={self.name} needs whole crawls (rollout.collect_crawls): a session "
                                  f"without a crawl tag")
-            ret[s.crawl] = ret.get(s.crawl, 0.0) + s.reward - cfg.beta * k
+            ret[s.crawl] = ret.get(s.crawl, 0.0) + s.reward - (cfg.beta * k if cfg.kl_in_return else 0.0)
             query[s.crawl] = s.record.qid
         crawls = sorted(ret)
         adv = dict(zip(crawls, self.advantages(np.array([ret[c] for c in crawls]), [query[c] for c in crawls], cfg)))

@@ -402,7 +402,7 @@ class PPOTrainer:
             "rollout/child_states_valued": n_children,
             "timing_s/returns": time.perf_counter() - t0,
         }
-        batch = {"logp_old": logp_old, "values_old": values}
+        batch = {"logp_old": logp_old, "values_old": values, "logp_ref": logp_ref}
         return targets, batch, m
 
     def _shift_value_bias(self, targets: list[SessionTargets], values: list[np.ndarray]) -> None:
@@ -456,7 +456,8 @@ class PPOTrainer:
                         loss, d = self._micro_loss([samples[i] for i in micro], [targets[i] for i in micro],
                                                    [batch["logp_old"][i] for i in micro],
                                                    [batch["values_old"][i] for i in micro], frozen,
-                                                   n_tokens=n_tokens, n_value_tokens=n_value_tokens)
+                                                   n_tokens=n_tokens, n_value_tokens=n_value_tokens,
+                                                   logp_ref=[batch["logp_ref"][i] for i in micro])
                     if self.deepspeed:
                         # DeepSpeed's own API (accelerate's backward would mark every pass as a boundary): backward
                         # scales by 1/grad_accum, step() steps the optimizer every grad_accum-th pass
@@ -488,7 +489,7 @@ class PPOTrainer:
         return [(float(a), float(b)) for a, b in t.tolist()]
 
     def _micro_loss(self, samples, targets, logp_old, values_old, frozen: bool, n_tokens: float | None = None,
-                    n_value_tokens: float | None = None) -> tuple[torch.Tensor, dict]:
+                    n_value_tokens: float | None = None, logp_ref=None) -> tuple[torch.Tensor, dict]:
         """Eq. 8 on one forward batch. ``n_tokens`` / ``n_value_tokens``: the minibatch's response / value-target
         tokens over all processes (the losses are sums over this batch's tokens divided by them); ``None`` = this
         batch's own means. The logged losses are this batch's means either way."""
@@ -512,7 +513,8 @@ class PPOTrainer:
         if frozen:
             return p.eta * l_value, d
         logp = response_logprobs(logits, b.response_ids)
-        l_policy, pd = policy_loss(logp, to_grid(logp_old, W, self.device), adv, mask, p.clip_eps, n_tokens=n_tokens)
+        kl_ref = None if p.kl_in_return else (to_grid(logp_ref, W, self.device), p.beta)  # grpo/rloo: KL as a loss
+        l_policy, pd = policy_loss(logp, to_grid(logp_old, W, self.device), adv, mask, p.clip_eps, n_tokens, kl_ref)
         ent = masked_mean(response_entropy(logits.detach() if p.entropy_coef == 0 else logits), mask, n_tokens)
         loss = total_loss(l_policy, l_value, p.eta) - p.entropy_coef * ent  # Eq. 8
         pg, ent_mean = l_policy.item() / max(share, 1e-12), ent.item() / max(share, 1e-12)

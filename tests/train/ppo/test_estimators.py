@@ -83,3 +83,33 @@ def test_config_and_registry_agree_and_the_value_warm_up_is_forced_off():
         PPOConfig(estimator="grpo", group_size=1)
     with pytest.raises(ValueError, match="ppo.estimator must be one of"):
         PPOConfig(estimator="ppo")
+
+
+def test_kl_in_return_false_leaves_the_kl_out_of_the_crawl_return():
+    """ppo.kl_in_return=false (TRL's GRPO): R is Eq. 1's rewards alone; the KL goes to the loss (losses.kl_to_ref)."""
+    cfg = PPOConfig(estimator="rloo", beta=0.1, group_size=2, kl_in_return=False)
+    samples = [_sample("q", 0, 2, [1.0]), _sample("q", 1, 2, [0.0])]
+    lo, lr = [np.array([0.0, -0.5]), np.zeros(2)], [np.array([0.0, -3.0]), np.zeros(2)]  # crawl 0: KL 2.5
+    t = ESTIMATORS["rloo"].targets(samples, lo, lr, [np.zeros(2)] * 2, cfg)
+    assert t[0].session_return == 1.0 and t[0].advantages[0] == 1.0 and t[0].kl == pytest.approx(2.5)
+    t_in = ESTIMATORS["rloo"].targets(samples, lo, lr, [np.zeros(2)] * 2, PPOConfig(estimator="rloo", group_size=2))
+    assert t_in[0].session_return == pytest.approx(1.0 - 0.25)
+    with pytest.raises(ValueError, match="kl_in_return=false .* is for ppo.estimator=grpo"):
+        PPOConfig(kl_in_return=False)
+
+
+def test_kl_to_ref_is_k3_and_adds_beta_times_its_token_mean_to_the_policy_loss():
+    import torch
+
+    from scholar_agents.train.ppo.losses import kl_to_ref, policy_loss
+
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    ref = torch.tensor([[-1.0, -1.0]])
+    k3 = kl_to_ref(logp, ref)  # d = ref − logp = (0, 1): e^d − d − 1 = (0, e − 2)
+    torch.testing.assert_close(k3, torch.tensor([[0.0, np.e - 2.0]]))
+    mask, adv = torch.ones(1, 2), torch.zeros(1, 2)
+    base, _ = policy_loss(logp, logp.detach(), adv, mask)
+    with_kl, _ = policy_loss(logp, logp.detach(), adv, mask, kl_ref=(ref, 0.1))
+    assert (with_kl - base).item() == pytest.approx(0.1 * (np.e - 2.0) / 2)
+    with_kl.backward()  # d/dlogp of β·mean(e^d − d − 1) = β·(1 − e^d)/2: pulls logp toward the reference
+    torch.testing.assert_close(logp.grad, torch.tensor([[0.0, 0.1 * (1 - np.e) / 2]]))

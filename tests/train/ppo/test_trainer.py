@@ -194,14 +194,14 @@ def test_torchrun_two_processes_match_one_process(tiny_model_dir, ppo_papers, tm
         assert all(len(t) == 1 and t[0]["sessions"] for t in trajs), d
 
 
-@pytest.mark.parametrize("estimator", ["grpo", "rloo"])
+@pytest.mark.parametrize("estimator, kl_in_return", [("grpo", "true"), ("rloo", "false")])
 def test_critic_free_estimators_train_whole_crawls_without_a_value_model(tiny_model_dir, ppo_papers, tmp_path,
-                                                                         estimator):
+                                                                         estimator, kl_in_return):
     """ppo.estimator=grpo|rloo: no value model is built, trained or checkpointed; the policy_freeze_steps default
     (value warm-up) is forced to 0; every session belongs to one of group_size × queries_per_step whole crawls, each
     run to its end (crawler=cpu_smollm2's budgets); every token of a crawl gets the crawl's advantage."""
     tr = make_trainer(tiny_model_dir, ppo_papers, tmp_path, estimator=estimator, group_size=2, policy_freeze_steps=1,
-                      total_steps=1)
+                      total_steps=1, kl_in_return=kl_in_return)
     try:
         assert tr.pcfg.policy_freeze_steps == 0 and not tr.model.critic
         assert tr.model.value is None and tr.model.value_head is None and tr.value_params == []
@@ -221,7 +221,8 @@ def test_critic_free_estimators_train_whole_crawls_without_a_value_model(tiny_mo
         assert (path / "policy").is_dir() and not (path / "value").exists()
     finally:
         tr.close()
-    tr = make_trainer(tiny_model_dir, ppo_papers, tmp_path, estimator=estimator, group_size=2, total_steps=2)
+    tr = make_trainer(tiny_model_dir, ppo_papers, tmp_path, estimator=estimator, group_size=2, total_steps=2,
+                      kl_in_return=kl_in_return)
     try:  # resumes from the checkpoint without a value model, and trains on
         assert tr.start_step == 1 and not tr.model.critic
         torch.testing.assert_close(snapshot(tr.model.policy), trained)
