@@ -238,8 +238,8 @@ class GroupEstimator(Estimator):
     return, as Eq. 3 puts it (and TRL's PPO/RLOO do), by default: then Eq. 5's loss is unchanged and the update
     needs no extra reference forward (log π_sft comes from the scoring pass every estimator already runs).
     ``ppo.kl_in_return=false`` moves it into the loss instead (β·k3 per token, TRL's GRPO; the same scored
-    log π_sft, still no extra forward): measured on the cost task, the crawl-summed sampled log-ratio in R is noise
-    that hides a −0.1 action cost (tests/train/ppo/test_learning.py). The crawl's group advantage goes to EVERY generated token of every session of the
+    log π_sft, still no extra forward). Measured on the cost task (tests/train/ppo/test_learning.py): at β = 0.1
+    neither placement learns a −0.1 action cost in 30 steps; at β = 0 both grpo and rloo do. The crawl's group advantage goes to EVERY generated token of every session of the
     crawl; Eq. 5's clip is unchanged; no value loss (value targets empty). Crawls are grouped by query id (two draws
     of one query in a step share a group: same query, same baseline). Only sessions with generated tokens are
     samples: under ``crawler.policy.search=user_query`` the environment's own search session (no tokens, the same

@@ -145,13 +145,13 @@ def build_optimizer(p: PPOConfig, model: PolicyAndValue):
     for the first ``policy_freeze_steps`` steps (§5.1: only the value model learns), then a linear warm-up.
     Returns (optimizer, scheduler, policy parameters, value parameters)."""
     policy_params = [q for q in model.policy.parameters() if q.requires_grad]
-    # grpo / rloo: the value group is empty (kept, so the schedule, the logs and the checkpoints keep their layout)
+    # grpo / rloo: no value group at all (DeepSpeed drops an empty group, which would desynchronise the schedule)
     value_params = ([] if not model.critic else
                     list(model.value.parameters() if model.value is not None else model.value_head.parameters()))
-    opt = torch.optim.AdamW([
-        {"params": policy_params, "lr": p.lr, "name": "policy"},
-        {"params": value_params, "lr": p.value_lr or p.lr, "name": "value"},
-    ], lr=p.lr, weight_decay=p.weight_decay)
+    groups = [{"params": policy_params, "lr": p.lr, "name": "policy"}]
+    if model.critic:
+        groups.append({"params": value_params, "lr": p.value_lr or p.lr, "name": "value"})
+    opt = torch.optim.AdamW(groups, lr=p.lr, weight_decay=p.weight_decay)
     freeze, warm = p.policy_freeze_steps, p.warmup_steps
 
     def policy_lr(step: int) -> float:  # §5.1: the policy is frozen while the value model warms up
@@ -162,7 +162,7 @@ def build_optimizer(p: PPOConfig, model: PolicyAndValue):
     def value_lr(step: int) -> float:
         return min(1.0, (step + 1) / warm) if warm else 1.0
 
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, [policy_lr, value_lr])
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, [policy_lr, value_lr][:len(groups)])
     return opt, sched, policy_params, value_params
 
 

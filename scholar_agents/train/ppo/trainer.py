@@ -474,7 +474,7 @@ class PPOTrainer:
         stats["actor/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
         stats["actor/frozen"] = float(frozen)
         stats["actor/lr"] = self.optimizer.param_groups[0]["lr"]
-        stats["critic/lr"] = self.optimizer.param_groups[1]["lr"]
+        stats["critic/lr"] = self.optimizer.param_groups[1]["lr"] if self.pcfg.uses_value else 0.0  # grpo/rloo: none
         stats["update/minibatches"] = n_mb * p.ppo_epochs
         return stats
 

@@ -229,3 +229,21 @@ def test_critic_free_estimators_train_whole_crawls_without_a_value_model(tiny_mo
         assert tr.train_step(1)["actor/frozen"] == 0.0
     finally:
         tr.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", ["zero2", "zero3"])
+def test_critic_free_estimator_under_deepspeed_has_one_parameter_group(tiny_model_dir, ppo_papers, tmp_path, stage):
+    """ppo.estimator=grpo under DeepSpeed (one process): the optimizer has the policy's group only (DeepSpeed drops an
+    empty group, which would leave the LR schedule a lambda short), one step trains and checkpoints (~20 s each)."""
+    from scholar_agents.hydra_app import CONF_DIR
+
+    tr = make_trainer(tiny_model_dir, ppo_papers, tmp_path, estimator="grpo", group_size=2, total_steps=1,
+                      deepspeed=str(CONF_DIR / "deepspeed" / f"{stage}.json"))
+    try:
+        assert len(tr.scheduler.lr_lambdas) == 1 and tr.value_params == []
+        m = tr.train_step(0)
+        assert m["actor/frozen"] == 0.0 and m["critic/lr"] == 0.0 and "actor/pg_loss" in m
+        assert not (tr.save(1) / "value").exists()
+    finally:
+        tr.close()
