@@ -14,6 +14,7 @@ config or DeepSpeed JSON that cannot be read is one line (UsageError: exit 2), n
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -71,7 +72,6 @@ def planned_model(setting: str, model: str, base: str | None = None, base_settin
 
 def _shape(setting: str, model: str, base: str | None = None, base_setting: str = ""):
     """``model``'s ModelShape, named as configured (and, when planned from its base, saying so)."""
-    import dataclasses
 
     from scholar_agents.plan.model_sizes import model_shape
 
@@ -122,6 +122,11 @@ def inputs_from_config(cfg: DictConfig, cluster: ClusterConfig | None = None) ->
     rounds = [int(_get(ppo, "queries_per_step", 4))] + [int(n) for n in _get(ppo, "expand_sessions", [6, 6])]
     batch_sessions = int(_get(cfg.crawler.get("policy") if "crawler" in cfg else None, "batch_sessions", 32))
     max_num_seqs = int(_get(llm, "max_num_seqs", 256))
+    from scholar_agents.train.ppo.config import CRITIC_FREE  # upward: the estimator names PPOConfig validates
+
+    estimator = str(_get(ppo, "estimator", "paper_mc"))
+    if estimator in CRITIC_FREE:
+        rounds = [batch_sessions]  # whole crawls (rollout.collect_crawls): each call takes up to batch_sessions
     sequences = min(max(rounds), batch_sessions, max_num_seqs)
     response = _get(ppo, "max_new_tokens", None) or _get(cfg.crawler.get("policy") if "crawler" in cfg else None,
                                                           "max_new_tokens", 512)
@@ -133,7 +138,8 @@ def inputs_from_config(cfg: DictConfig, cluster: ClusterConfig | None = None) ->
         selector, selector_backend = _shape("selector_llm.model", str(sel.model)), str(sel.backend)
 
     return PlanInputs(
-        cluster=cluster, policy=policy, value=value, ref=ref, zero_stage=stage, deepspeed=_get(ppo, "deepspeed", None),
+        cluster=cluster, policy=policy, value=value, critic=estimator not in CRITIC_FREE, estimator=estimator,
+        ref=ref, zero_stage=stage, deepspeed=_get(ppo, "deepspeed", None),
         offload_optimizer=off_opt, offload_params=off_par,
         model_dtype_bytes=DTYPE_BYTES.get(str(_get(ppo, "model_dtype", "bfloat16")), 4),
         lora_trainable=lora_trainable, gradient_checkpointing=bool(_get(ppo, "gradient_checkpointing", False)),
@@ -157,7 +163,8 @@ def _ppo_header(x: PlanInputs) -> list[str]:
     return [
         f"# policy {x.policy.name}: {x.policy.params:,} parameters (meta-built from "
         f"{shown_config_path(x.policy.config_dir)}/config.json)"
-        + (f"; value backbone {x.value.backbone_params:,}" if x.value else "; value head on the policy")
+        + (f"; no value model (ppo.estimator={x.estimator})" if not x.critic else
+           f"; value backbone {x.value.backbone_params:,}" if x.value else "; value head on the policy")
         + (f"; LoRA trainable {x.lora_trainable:,}" if x.lora_trainable is not None else ""),
         f"# sequences of <= {x.seq_len} tokens ({x.seq_len_source}), responses <= {x.response_len}; forward batch "
         f"{x.forward_batch_size}, scoring batch {x.score_batch_size}; rollout engine {x.engine_backend}: "
@@ -197,8 +204,20 @@ def format_plan(plan: Plan) -> str:
     totals = ", ".join(f"{p} {plan.phase_total(p):.1f}" for p in plan.phases)
     lines.append(f"Per-GPU totals (GiB): {totals}. Peak {plan.peak_gib:.1f} GiB ({plan.peak_phase}) vs "
                  f"{plan.card_gib:g} GiB card - {c.headroom_gib:g} GiB headroom = {plan.budget_gib:.1f} GiB.")
+    if ppo and not x.critic:
+        lines.append(critic_savings(plan))
     lines.append("Estimates from the config (not measured CUDA peaks).")
     return "\n".join(lines)
+
+
+def critic_savings(plan: Plan) -> str:
+    """The line a critic-free plan (ppo.estimator=grpo|rloo) prints: per phase, what the value model of the same run
+    under ppo.estimator=paper_mc would take (its states, activations and ZeRO-3 gathers)."""
+    x = plan.inputs
+    with_critic = build_plan(dataclasses.replace(x, critic=True, estimator="paper_mc"))
+    saved = ", ".join(f"{with_critic.phase_total(p) - plan.phase_total(p):.1f} GiB in {p}" for p in plan.phases)
+    return (f"no value model (ppo.estimator={x.estimator}): saves {saved} per GPU (the value model "
+            f"ppo.estimator=paper_mc adds to this plan; peak {with_critic.peak_gib:.1f} -> {plan.peak_gib:.1f} GiB).")
 
 
 def verdict(plan: Plan) -> tuple[bool, str]:
@@ -340,7 +359,6 @@ def _cluster_for_startup(cfg: DictConfig) -> ClusterConfig | None:
     """The hardware this run checks against: the configured cluster with the world size the launcher actually
     started (WORLD_SIZE / LOCAL_WORLD_SIZE, when they disagree with it), or on a CUDA machine with cluster=cpu this
     card; None where there is nothing to check (no GPUs anywhere)."""
-    import dataclasses
 
     cluster = to_cluster_config(cfg.cluster)
     world = int(os.environ.get("WORLD_SIZE", "0"))

@@ -47,6 +47,10 @@ class PlanInputs:
     policy: ModelShape
     value: ModelShape | None  # a separate value model; None = a value head on the policy (ppo.value_head=shared)
     ref: ModelShape | None  # None = the LoRA policy with its adapter disabled (no second copy)
+    # False = a critic-free estimator (ppo.estimator=grpo|rloo): no value model or head at all (``value`` is then
+    # only what paper_mc would build, for the comparison `scholar plan` prints)
+    critic: bool = True
+    estimator: str = "paper_mc"
     zero_stage: int = 0  # 0 = no DeepSpeed
     deepspeed: str | None = None
     offload_optimizer: bool = False
@@ -247,19 +251,22 @@ def build_plan(x: PlanInputs) -> Plan:
 
     # ---- policy + value: one DeepSpeed engine (one optimizer, Eq. 8's one loss)
     pol_trainable = x.lora_trainable if x.lora_trainable is not None else x.policy.params
-    val_trainable = (x.value.backbone_params + x.value.hidden + 1) if x.value is not None else x.policy.hidden + 1
+    value = x.value if x.critic else None  # grpo / rloo: no value model
+    val_trainable = 0 if not x.critic else (value.backbone_params + value.hidden + 1) if value is not None \
+        else x.policy.hidden + 1
     trainable = pol_trainable + val_trainable
-    largest = max(x.policy.largest_layer_params, x.value.largest_layer_params if x.value else 0)
+    largest = max(x.policy.largest_layer_params, value.largest_layer_params if value else 0)
     gpu, cpu, source = zero_model_states(trainable, largest, stage, x.cluster, x.offload_optimizer, x.offload_params,
                                          x.model_dtype_bytes)
     parts = []
-    for model, p in (("policy", pol_trainable), ("value", val_trainable)):
+    for model, p in (("policy", pol_trainable), ("value", val_trainable))[:2 if x.critic else 1]:
         w, g, o = _state_split(p, stage, n, x.offload_optimizer, x.offload_params, x.model_dtype_bytes)
         label = "LoRA adapter " if (model == "policy" and x.lora_trainable is not None) else ""
         parts += [(model, f"{label}weights", w), (model, f"{label}gradients", g),
                   (model, f"{label}optimizer states", o)]
     if stage == 3:
-        parts.append(("policy + value", "ZeRO-3 gathered layer (4 B x largest layer)", 4 * largest))
+        parts.append(("policy + value" if x.critic else "policy", "ZeRO-3 gathered layer (4 B x largest layer)",
+                      4 * largest))
     # the split is exact for the estimators' formulas; integer division may leave a few bytes: give them to the last
     parts[-1] = (parts[-1][0], parts[-1][1], parts[-1][2] + gpu - sum(b for _, _, b in parts))
     for model, item, b in parts:
@@ -328,14 +335,15 @@ def build_plan(x: PlanInputs) -> Plan:
     rows.append(Row("policy", f"logits ({x.forward_batch_size} x {x.response_len + 1} x {x.policy.vocab})",
                     _gib(logits_bytes(x.policy, x.forward_batch_size, x.response_len, True)), ("update",),
                     "hand: 22 B per kept logit"))
-    if x.value is not None:
-        v = backbone_activation_bytes(x.value, x.forward_batch_size, x.seq_len, x.attn_implementation,
+    if value is not None:
+        v = backbone_activation_bytes(value, x.forward_batch_size, x.seq_len, x.attn_implementation,
                                       x.gradient_checkpointing)
         rows.append(Row("value", f"activations, {ckpt} gradient checkpointing", _gib(v), ("update",), act_src))
     score_layer = inference_layer_bytes(x.policy, x.score_batch_size, x.seq_len)
     # the policy's and π_sft's logits (a separate reference, or the LoRA policy with its adapter off) side by side
     score_logits = 2 * logits_bytes(x.policy, x.score_batch_size, x.response_len, False)
-    rows.append(Row("policy + reference + value", f"no-grad scoring ({x.score_batch_size} x {x.seq_len} tokens: one "
+    scored = "policy + reference" + (" + value" if x.critic else "")
+    rows.append(Row(scored, f"no-grad scoring ({x.score_batch_size} x {x.seq_len} tokens: one "
                     f"layer at a time + policy and reference logits)", _gib(score_layer + score_logits), ("score",),
                     "hand: s·b·(8h + 6I) + 10 B per kept logit"))
 

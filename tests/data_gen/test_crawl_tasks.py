@@ -234,3 +234,8 @@ def test_known_task_metrics_count_the_selector_class_collected():
     assert m["task/selector_recall"] == 0.5  # one query collected its whole class, the other none of it
     assert m["task/selector_section_rate"] == 0.5
     assert m["task/selector_share"] == 3 / (3 + 3 + 3)
+    # grpo / rloo: a query's G crawls (session ids <qid>#<member>/...) count as G queries, not as one query's sum
+    again = [SessionRecord(**{**r.__dict__, "session_id": r.session_id.replace("#0/", "#1/")}) for r in records]
+    m2 = kt.metrics(records + again)
+    assert m2["task/actions_per_query"] == m["task/actions_per_query"] and m2["task/recall"] == m["task/recall"]
+    assert m2["task/selector_recall"] == 0.5

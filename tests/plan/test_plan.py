@@ -335,3 +335,29 @@ def test_the_plans_sequence_length_is_its_own_input():
     assert build_plan(short).phase_total("update") < build_plan(default).phase_total("update")
     out = run_plan(*PAPER, ZERO3, "ppo.plan_seq_len=2048")
     assert "# sequences of <= 2048 tokens (ppo.plan_seq_len)" in out.stdout, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo"])
+def test_critic_free_estimators_plan_no_value_model_and_print_what_it_saves(estimator):
+    """ppo.estimator=grpo|rloo builds no value model: the plan has no value row, its model states are DeepSpeed's
+    estimate for the policy alone, and it prints per phase what paper_mc's value model adds (the paper preset, 16 x
+    H100, ZeRO-3: its states and gathered layer in every phase, its activations in the update)."""
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+
+    from scholar_agents.plan.commands import format_plan
+
+    x = inputs_from_config(compose("train_crawler_ppo", [*PRESET, f"ppo.estimator={estimator}"]))
+    plan, with_critic = build_plan(x), build_plan(dataclasses.replace(x, critic=True, estimator="paper_mc"))
+    assert not x.critic and not any(r.model == "value" or "value" in r.model for r in plan.rows)
+    assert any(r.model == "value" for r in with_critic.rows)
+    states = sum(r.gib for r in plan.rows if r.source == "DeepSpeed estimate_zero3_model_states_mem_needs")
+    _, gpu, _ = estimate_zero3_model_states_mem_needs(x.policy.params, x.policy.largest_layer_params,
+                                                      num_gpus_per_node=8, num_nodes=2, cpu_offload=False,
+                                                      cpu_offload_params=False)
+    assert states == pytest.approx(gpu / GIB, abs=0.01)
+    saved = {p: with_critic.phase_total(p) - plan.phase_total(p) for p in plan.phases}
+    assert saved["update"] > saved["score"] > 1.0 and saved["score"] == pytest.approx(saved["rollout"])
+    text = format_plan(plan)
+    assert f"no value model (ppo.estimator={estimator}): saves {saved['rollout']:.1f} GiB in rollout" in text
+    assert f"{saved['update']:.1f} GiB in update per GPU" in text
+    assert "no value model" not in format_plan(with_critic)

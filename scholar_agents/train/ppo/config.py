@@ -3,13 +3,17 @@ that composing any config stays fast. Defaults are PaSa Table 9; each deviation 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-
 from scholar_agents.train.ppo.rewards import RewardConfig
 
-ESTIMATORS = ("paper_mc", "gae")
+ESTIMATORS = ("paper_mc", "gae", "grpo", "rloo")
+# Critic-free estimators (estimators.py: ``uses_value = False``): no value model is built, trained or saved; they
+# score WHOLE crawls of each query, ``group_size`` at a time (rollout.collect_crawls)
+CRITIC_FREE = ("grpo", "rloo")
+log = logging.getLogger(__name__)
 VALUE_HEADS = ("separate", "shared")
 
 
@@ -79,11 +83,20 @@ class PPOConfig:
     use_selector: bool = True  # false = Table 5 "w/o Selector as RM" (gold papers only)
 
     # ---- returns (Eqs. 3–4)
-    estimator: str = "paper_mc"  # paper_mc (Eq. 3 Monte-Carlo session return) | gae (the official code)
+    # paper_mc (Eq. 3 Monte-Carlo session return) | gae (the official code) | grpo | rloo (critic-free, whole crawls)
+    estimator: str = "paper_mc"
     gamma0: float = 1.0  # in-session discount
     gamma1: float = 0.1  # cross-session discount (bootstrap from the added papers' S_{q+p} values)
     beta: float = 0.1  # per-token KL penalty to π_sft
     gae_lambda: float = 0.95  # gae only
+    # grpo / rloo (ours, issue 36): G whole crawls of each training query per step, their returns compared within the
+    # group (no V̂). grpo: (R − mean)/(std + eps) (Shao et al. 2024); scale_rewards=false: R − mean (Dr. GRPO, Liu et
+    # al. 2025). rloo: R − mean of the OTHER G−1 returns (Ahmadian et al. 2024).
+    group_size: int = 4
+    scale_rewards: bool = True  # grpo only
+    # grpo / rloo: true = −β·Σ token KL inside the crawl's return (as Eq. 3); false = β·KL (k3) to π_sft as a loss
+    # term on every token (DeepSeekMath Eq. 3, TRL's GRPO). paper_mc and gae always put it in the return.
+    kl_in_return: bool = True
     # Ours: bootstrap only from added papers the environment will start a session from (those with sections,
     # above the depth limit): the others have no reward-to-go. true = every added paper (Eq. 3 literally).
     bootstrap_all_papers: bool = False
@@ -149,11 +162,30 @@ class PPOConfig:
             raise ValueError(f"ppo.expand_sessions must be counts >= 0, got {self.expand_sessions}")
         if self.policy_freeze_steps < 0:
             raise ValueError("ppo.policy_freeze_steps must be >= 0")
+        if not self.kl_in_return and self.estimator not in CRITIC_FREE:
+            raise ValueError(f"ppo.kl_in_return=false (the KL as a loss term) is for ppo.estimator=grpo|rloo; "
+                             f"{self.estimator} puts it in its returns")
+        if self.estimator in CRITIC_FREE:
+            if self.group_size < 2:
+                raise ValueError(f"ppo.estimator={self.estimator} compares the crawls of a group: ppo.group_size "
+                                 f"must be >= 2, got {self.group_size}")
+            # Forced, not refused: Table 9's 50 frozen steps are the preset default, and they only warm up V̂
+            # (PaSa §5.1), which these estimators do not have.
+            if self.policy_freeze_steps or self.init_value_to_mean_return:
+                log.warning("ppo.estimator=%s has no value model: ppo.policy_freeze_steps=%d and "
+                            "ppo.init_value_to_mean_return=%s (value warm-up) are ignored (set to 0 / false)",
+                            self.estimator, self.policy_freeze_steps, self.init_value_to_mean_return)
+            self.policy_freeze_steps, self.init_value_to_mean_return = 0, False
         from scholar_agents.llm.model_init import check_init
 
         if check_init(self.policy_init, "ppo.policy_init") == "random" and (self.ref_model or self.value_model):
             raise ValueError("ppo.policy_init=random draws policy, π_sft and value model from policy_model's config: "
                              "set ppo.ref_model=null and ppo.value_model=null")
+
+    @property
+    def uses_value(self) -> bool:
+        """Whether the estimator reads V̂: only then is a value model built, trained and checkpointed."""
+        return self.estimator not in CRITIC_FREE
 
     def reward_config(self) -> RewardConfig:
         return RewardConfig(alpha=self.alpha, cost_search=self.cost_search, cost_expand=self.cost_expand,

@@ -8,7 +8,9 @@ An estimator turns a batch of rolled-out sessions — their per-action rewards (
 
 - ``paper_mc`` — the paper's Monte-Carlo session return with cross-session bootstrap (Eq. 3) and A = R − V (Eq. 4),
   credited per action;
-- ``gae`` — token-level GAE with a per-token KL penalty, what the official PaSa code (an old TRL fork) does.
+- ``gae`` — token-level GAE with a per-token KL penalty, what the official PaSa code (an old TRL fork) does;
+- ``grpo`` / ``rloo`` — critic-free (``uses_value = False``): the return of a WHOLE crawl compared with the other
+  crawls of its query's group (:class:`GroupEstimator`; rollout.collect_crawls samples the groups).
 
 The math is in the pure functions below (hand-checked in tests/train/ppo/test_math.py); the classes only wire a
 session's actions, tokens and values into them.
@@ -187,7 +189,106 @@ class GAE(Estimator):
                               cfg.gamma1 * float(sum(s.child_values for s in steps)))
 
 
-ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (PaperMC(), GAE())}
+# --------------------------------------------------------------------------------------------------------------
+# critic-free: group baselines over whole crawls
+
+
+def rloo_advantages(returns: Sequence[float], groups: Sequence) -> np.ndarray:
+    """RLOO (Kool et al. 2019, "Buy 4 REINFORCE samples, get a baseline for free!"; Ahmadian et al. 2024, "Back to
+    Basics"): A_i = R_i − mean of the OTHER returns of i's group = G/(G−1)·(R_i − mean). A group of one has no
+    baseline: its advantage is 0."""
+    R = np.asarray(returns, dtype=np.float64)
+    out = np.zeros_like(R)
+    for idx in _group_index(groups).values():
+        if len(idx) > 1:
+            out[idx] = R[idx] - (R[idx].sum() - R[idx]) / (len(idx) - 1)
+    return out
+
+
+def grpo_advantages(returns: Sequence[float], groups: Sequence, scale: bool = True, eps: float = 1e-4) -> np.ndarray:
+    """GRPO's outcome advantage (Shao et al. 2024, DeepSeekMath §4.1.2): A_i = (R_i − mean)/(std + eps) over i's
+    group, std the sample standard deviation (Bessel, as TRL's GRPOTrainer: ``torch.std``; its eps 1e-4).
+    ``scale=False`` is Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training"): R_i − mean, no division
+    by std (which up-weights groups whose returns barely differ); Dr. GRPO's other fix, no per-sequence length
+    normalisation, is already how the trainer sums the loss (over a minibatch's tokens / their count). A group of
+    one gets 0."""
+    R = np.asarray(returns, dtype=np.float64)
+    out = np.zeros_like(R)
+    for idx in _group_index(groups).values():
+        if len(idx) > 1:
+            c = R[idx] - R[idx].mean()
+            out[idx] = c / (R[idx].std(ddof=1) + eps) if scale else c
+    return out
+
+
+def _group_index(keys: Sequence) -> dict:
+    out: dict = {}
+    for i, k in enumerate(keys):
+        out.setdefault(k, []).append(i)
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+class GroupEstimator(Estimator):
+    """Critic-free estimators over whole crawls (``ppo.estimator=grpo|rloo``; rollout.collect_crawls samples
+    ``ppo.group_size`` crawls of each query from the current policy, each to the end of its budgets).
+
+    A crawl's return is R = Σ over ALL its sessions and actions of Eq. 1's r(s_t, a_t) − β · Σ over all its
+    generated tokens of log π_old/π_sft: an [Expand] whose papers lead to gold one session later is credited
+    through the crawl's return, not through V̂ (there is none: γ1 and the bootstrap play no part). The KL is in the
+    return, as Eq. 3 puts it (and TRL's PPO/RLOO do), by default: then Eq. 5's loss is unchanged and the update
+    needs no extra reference forward (log π_sft comes from the scoring pass every estimator already runs).
+    ``ppo.kl_in_return=false`` moves it into the loss instead (β·k3 per token, TRL's GRPO; the same scored
+    log π_sft, still no extra forward). Measured on the cost task (tests/train/ppo/test_learning.py): at β = 0.1
+    neither placement learns a −0.1 action cost in 30 steps; at β = 0 both grpo and rloo do. The crawl's group advantage goes to EVERY generated token of every session of the
+    crawl; Eq. 5's clip is unchanged; no value loss (value targets empty). Crawls are grouped by query id (two draws
+    of one query in a step share a group: same query, same baseline). Only sessions with generated tokens are
+    samples: under ``crawler.policy.search=user_query`` the environment's own search session (no tokens, the same
+    query for every member) is not in R, and a crawl with no generated token at all has nothing to train and is not
+    in its group's baseline."""
+
+    uses_value = False
+
+    def advantages(self, returns: np.ndarray, groups: list, cfg: "PPOConfig") -> np.ndarray:
+        raise NotImplementedError
+
+    def targets(self, samples, logp_old, logp_ref, values_old, cfg) -> list[SessionTargets]:
+        kl = [float(_token_kl(lo, lr).sum()) for lo, lr in zip(logp_old, logp_ref)]
+        ret: dict[int, float] = {}
+        query: dict[int, str] = {}
+        for s, k in zip(samples, kl):
+            if s.crawl is None:
+                raise ValueError(f"ppo.estimator={self.name} needs whole crawls (rollout.collect_crawls): a session "
+                                 f"without a crawl tag")
+            ret[s.crawl] = ret.get(s.crawl, 0.0) + s.reward - (cfg.beta * k if cfg.kl_in_return else 0.0)
+            query[s.crawl] = s.record.qid
+        crawls = sorted(ret)
+        adv = dict(zip(crawls, self.advantages(np.array([ret[c] for c in crawls]), [query[c] for c in crawls], cfg)))
+        out = []
+        for s, k in zip(samples, kl):
+            n = len(s.response_ids)
+            out.append(SessionTargets(np.full(n, adv[s.crawl]), np.zeros(n), np.zeros(n), ret[s.crawl], k, 0.0))
+        return out
+
+
+class RLOO(GroupEstimator):
+    """``ppo.estimator=rloo``: :func:`rloo_advantages` over the query's crawls."""
+
+    name = "rloo"
+
+    def advantages(self, returns, groups, cfg):
+        return rloo_advantages(returns, groups)
+
+
+class GRPO(GroupEstimator):
+    """``ppo.estimator=grpo``: :func:`grpo_advantages`; ``ppo.scale_rewards=false`` = Dr. GRPO."""
+
+    name = "grpo"
+
+    def advantages(self, returns, groups, cfg):
+        return grpo_advantages(returns, groups, scale=cfg.scale_rewards)
+
+
+ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (PaperMC(), GAE(), GRPO(), RLOO())}
 
 
 def session_targets(sample: "SessionSample", logp_old: np.ndarray, logp_ref: np.ndarray, values_old: np.ndarray,

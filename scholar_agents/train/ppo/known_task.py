@@ -39,19 +39,23 @@ class KnownTask:
         Selector class among the papers collected (the hub and search hits excluded); ``task/selector_section_rate``:
         hub sessions that expand a section citing the Selector class; ``task/selector_recall``: the Selector class's
         papers collected per query (a share of the class, what Table 6's α moves; the class's share of everything
-        collected is bounded by the gold papers collected beside it)."""
+        collected is bounded by the gold papers collected beside it). "Per query" is per crawl: the G crawls of a
+        query that ppo.estimator=grpo|rloo samples (session ids ``<qid>#<member>/<n>``) count as G queries."""
         hub, exact, covered, stopped, hub_expands, optimal_expands, selector_section = 0, 0, 0, 0, 0, 0, 0
         found: dict[str, set] = defaultdict(set)
         actions: dict[str, int] = defaultdict(int)
+        qid_of: dict[str, str] = {}
         collected, selector = 0, 0
         for r in records:
             q = self.queries.get(r.qid)
             if q is None:
                 continue
             executed = [a for a in r.actions if a.kind in ("search", "expand") and a.status == "executed"]
-            actions[r.qid] += len(executed)
+            crawl = r.session_id.rsplit("/", 1)[0]  # <qid>#<run>: one crawl (all of a query's under App. A.2)
+            qid_of[crawl] = r.qid
+            actions[crawl] += len(executed)
             for a in executed:
-                found[r.qid].update(a.added)
+                found[crawl].update(a.added)
                 if a.kind == "expand":
                     collected += len(a.added)
                     selector += sum(p in q["selector_class"] for p in a.added)
@@ -65,10 +69,11 @@ class KnownTask:
                 exact += expanded == optimal
                 covered += optimal <= expanded
                 stopped += not expanded
-        qids = [qid for qid in actions if qid in self.queries]
-        recall = [len(found[qid] & set(self.queries[qid]["gold"])) / len(self.queries[qid]["gold"]) for qid in qids]
-        classes = [len(found[qid] & set(self.queries[qid]["selector_class"])) / len(self.queries[qid]["selector_class"])
-                   for qid in qids if self.queries[qid]["selector_class"]]
+        qids = list(actions)  # crawls
+        spec = {c: self.queries[qid_of[c]] for c in qids}
+        recall = [len(found[c] & set(spec[c]["gold"])) / len(spec[c]["gold"]) for c in qids]
+        classes = [len(found[c] & set(spec[c]["selector_class"])) / len(spec[c]["selector_class"])
+                   for c in qids if spec[c]["selector_class"]]
         out = {"task/hub_sessions": float(hub)}
         if hub:
             out.update({"task/optimal_action_rate": exact / hub, "task/optimal_section_rate": covered / hub,

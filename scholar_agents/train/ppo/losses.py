@@ -16,10 +16,11 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, n_tokens: float | None = No
 
 def policy_loss(
     logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, clip_eps: float = 0.2,
-    n_tokens: float | None = None,
+    n_tokens: float | None = None, kl_ref: tuple[torch.Tensor, float] | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped surrogate (Eq. 5), per token: −min(ρ·Â, clip(ρ, 1−ε, 1+ε)·Â), ρ = π_θ/π_θ^old, summed over the
     masked tokens and divided by ``n_tokens`` (see :func:`masked_mean`; ``None`` = this batch's token mean).
+    ``kl_ref = (log π_sft, β)``: + β · :func:`kl_to_ref` on every token (``ppo.kl_in_return=false``, grpo/rloo only).
 
     Returns the loss and diagnostics: ``approx_kl`` (the k3 estimator E[(ρ−1) − log ρ], see
     http://joschu.net/blog/kl-approx.html) and ``clipfrac`` (share of tokens where clipping was active), both means
@@ -29,10 +30,19 @@ def policy_loss(
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv
     loss = masked_mean(-torch.min(unclipped, clipped), mask, n_tokens)
+    if kl_ref is not None:
+        loss = loss + kl_ref[1] * masked_mean(kl_to_ref(logp, kl_ref[0]), mask, n_tokens)
     with torch.no_grad():
         approx_kl = masked_mean((ratio - 1.0) - log_ratio, mask)
         clipfrac = masked_mean(((ratio - 1.0).abs() > clip_eps).float(), mask)
     return loss, {"approx_kl": approx_kl, "clipfrac": clipfrac}
+
+
+def kl_to_ref(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
+    """Per-token KL(π_θ‖π_sft) as a loss term, GRPO's estimator (Shao et al. 2024, DeepSeekMath Eq. 4; TRL's
+    GRPOTrainer): π_sft/π_θ − log(π_sft/π_θ) − 1 (Schulman's k3: non-negative, unbiased), with gradient."""
+    d = logp_ref - logp
+    return torch.exp(d) - d - 1.0
 
 
 def value_loss(

@@ -100,12 +100,14 @@ def build_policy_and_value(p: PPOConfig, init_path: str, resume_from: Path | Non
         policy = (load_causal_lm(p, saved / "policy") if saved is not None
                   else load_causal_lm(p, init_path, p.policy_init))
     value_init = resolve_model_path(p.value_model) if p.value_model else init_path
-    model = build_value(p.value_head, policy, value_init, model_dtype(p.model_dtype), seed=p.seed,
-                        saved_dir=saved / "value" if saved is not None else None,
-                        attn_implementation=attn_implementation(p), init=p.policy_init)
+    # grpo / rloo: no value model, neither built nor loaded (PolicyAndValue with critic=False)
+    model = PolicyAndValue(policy, critic=False) if not p.uses_value else build_value(
+        p.value_head, policy, value_init, model_dtype(p.model_dtype), seed=p.seed,
+        saved_dir=saved / "value" if saved is not None else None, attn_implementation=attn_implementation(p),
+        init=p.policy_init)
     if p.gradient_checkpointing:
         policy.gradient_checkpointing_enable()
-        if model.value is not None:
+        if model.value is not None:  # none under grpo / rloo
             model.value.backbone.gradient_checkpointing_enable()
     # ZeRO-3: the parameters are already partitioned on their device by zero.Init
     return model if zero3 else model.to(device)
@@ -142,11 +144,13 @@ def build_optimizer(p: PPOConfig, model: PolicyAndValue):
     for the first ``policy_freeze_steps`` steps (§5.1: only the value model learns), then a linear warm-up.
     Returns (optimizer, scheduler, policy parameters, value parameters)."""
     policy_params = [q for q in model.policy.parameters() if q.requires_grad]
-    value_params = list(model.value.parameters() if model.value is not None else model.value_head.parameters())
-    opt = torch.optim.AdamW([
-        {"params": policy_params, "lr": p.lr, "name": "policy"},
-        {"params": value_params, "lr": p.value_lr or p.lr, "name": "value"},
-    ], lr=p.lr, weight_decay=p.weight_decay)
+    # grpo / rloo: no value group at all (DeepSpeed drops an empty group, which would desynchronise the schedule)
+    value_params = ([] if not model.critic else
+                    list(model.value.parameters() if model.value is not None else model.value_head.parameters()))
+    groups = [{"params": policy_params, "lr": p.lr, "name": "policy"}]
+    if model.critic:
+        groups.append({"params": value_params, "lr": p.value_lr or p.lr, "name": "value"})
+    opt = torch.optim.AdamW(groups, lr=p.lr, weight_decay=p.weight_decay)
     freeze, warm = p.policy_freeze_steps, p.warmup_steps
 
     def policy_lr(step: int) -> float:  # §5.1: the policy is frozen while the value model warms up
@@ -157,7 +161,7 @@ def build_optimizer(p: PPOConfig, model: PolicyAndValue):
     def value_lr(step: int) -> float:
         return min(1.0, (step + 1) / warm) if warm else 1.0
 
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, [policy_lr, value_lr])
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, [policy_lr, value_lr][:len(groups)])
     return opt, sched, policy_params, value_params
 
 

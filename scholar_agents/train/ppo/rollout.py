@@ -6,6 +6,10 @@ then ``expand_sessions[0]`` S_{q+p} sessions on papers sampled at random from th
 ``expand_sessions[1]`` more on papers sampled from what those expansions added (4 + 6 + 6 = 16 sessions). Sessions
 are NOT crawled to the end of the queue: the cross-session bootstrap of Eq. 3 stands in for the rest of the tree.
 
+The critic-free estimators (``ppo.estimator=grpo|rloo``) have no V̂ to bootstrap from, so they sample WHOLE crawls
+instead (:func:`collect_crawls`): ``group_size`` crawls of each query, each run to the end of the environment's
+budgets as ``pasa search`` crawls (``pasa.crawler.crawl``), every record tagged with its crawl.
+
 Each session becomes a :class:`SessionSample`: its prompt and response token ids and its *steps* — the actions
 a_t of Eq. 3, each owning a contiguous run of response tokens (the tokens before/after the parsed actions, EOS
 included, belong to the nearest action, so every generated token is trained), with its reward and the papers whose
@@ -24,6 +28,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -33,9 +38,12 @@ from scholar_agents.pasa.actions import STOP
 from scholar_agents.pasa.crawl_env import CrawlEnv, Session
 from scholar_agents.pasa.crawler import Crawler, CrawlerConfig
 from scholar_agents.pasa.queries import ScholarQuery
-from scholar_agents.pasa.trajectory import EXECUTED, SessionRecord
+from scholar_agents.pasa.trajectory import EXECUTED, S_Q, SessionRecord
 from scholar_agents.runtime import collectives
 from scholar_agents.train.ppo.rewards import RewardConfig, action_reward
+
+if TYPE_CHECKING:
+    from scholar_agents.train.ppo.config import PPOConfig
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +131,57 @@ def collect_sessions(env: CrawlEnv, crawler: Crawler, queries: Sequence[ScholarQ
     return records, dict(stats)
 
 
+# Seeds of one group member's generate calls: member g, round k samples with crawler seed + g * _MEMBER_RUNS + k,
+# far apart because the hf backend seeds its b-th batch with seed + b (neighbouring seeds would share streams)
+_MEMBER_RUNS = 1000
+
+
+def collect_crawls(env: CrawlEnv, crawler: Crawler, queries: Sequence[ScholarQuery], group_size: int,
+                   batch_sessions: int | None = None) -> tuple[list[SessionRecord], list[int], dict[str, float]]:
+    """``group_size`` whole crawls of every query (the groups of GRPO / RLOO: Shao et al. 2024, Ahmadian et al.
+    2024), each to its end — queue exhausted or a budget spent (``CrawlEnv.done``), as ``pasa.crawler.crawl`` does.
+    Crawl ``g * len(queries) + i`` is member g of query i (``env.reset(queries, run=g)``: session ids
+    ``<qid>#<g>/<n>``). Every round generates each member's ready sessions (up to ``batch_sessions`` per call,
+    default ``crawler.cfg.batch_sessions``) in a call of its own with its own seed: a vLLM request's seed fixes its
+    sample, so members batched under one seed would repeat one crawl. Returns the records (generation order), the
+    crawl index of each record, and counters."""
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    n = crawler.cfg.batch_sessions if batch_sessions is None else batch_sessions
+    members = [env.reset(queries, run=g) for g in range(group_size)]
+    crawl_of = {id(st): g * len(queries) + i for g, states in enumerate(members) for i, st in enumerate(states)}
+    records: list[SessionRecord] = []
+    crawls: list[int] = []
+    stats = Counter()
+    for rnd in itertools.count():
+        progressed = False
+        for g, states in enumerate(members):
+            sessions = env.next_sessions(states, n)
+            if not sessions:
+                continue
+            progressed = True
+            new = env.step(sessions, crawler.generate(sessions, run=g * _MEMBER_RUNS + rnd))
+            records += new
+            crawls += [crawl_of[id(s.state)] for s in sessions]
+            stats["sessions_round0"] += sum(r.start_state == S_Q for r in new)
+        if not progressed:
+            break
+        stats["rounds"] = rnd + 1
+    stats["crawls"] = len(crawl_of)
+    stats["crawls_stopped_by_budget"] = sum(st.traj.stopped_by is not None for states in members for st in states)
+    return records, crawls, dict(stats)
+
+
+def collect(env: CrawlEnv, crawler: Crawler, queries: Sequence[ScholarQuery], p: "PPOConfig",
+            rng: random.Random) -> tuple[list[SessionRecord], list[int] | None, dict[str, float]]:
+    """The sampling ``ppo.estimator`` needs: App. A.2's sessions for the estimators with a critic (``paper_mc``,
+    ``gae``; no crawl tags), ``group_size`` whole crawls per query for the critic-free ones (``grpo``, ``rloo``)."""
+    if not p.uses_value:
+        return collect_crawls(env, crawler, queries, p.group_size)
+    records, counts = collect_sessions(env, crawler, queries, [int(n) for n in p.expand_sessions], rng)
+    return records, None, counts
+
+
 # --------------------------------------------------------------------------------------------------------------
 # steps and rewards
 
@@ -153,6 +212,7 @@ class SessionSample:
 
     record: SessionRecord
     steps: list[ActionStep]
+    crawl: int | None = None  # collect_crawls' crawl index (grpo / rloo group their crawls by it)
 
     @property
     def prompt_ids(self) -> list[int]:
@@ -191,10 +251,13 @@ def action_steps(record: SessionRecord) -> list[ActionStep]:
 
 
 def build_samples(records: Sequence[SessionRecord], env: CrawlEnv, gold: dict[str, set[str]], selector,
-                  reward_cfg: RewardConfig, bootstrap_all_papers: bool = False) -> list[SessionSample]:
-    """Steps and rewards for every session with generated tokens. The Selector scores all new papers of the
-    batch in ONE batched call (its P("True") is a single-token reward model, PaSa §4.3)."""
-    samples = [SessionSample(r, action_steps(r)) for r in records if r.response_token_ids]
+                  reward_cfg: RewardConfig, bootstrap_all_papers: bool = False,
+                  crawls: Sequence[int] | None = None) -> list[SessionSample]:
+    """Steps and rewards for every session with generated tokens (``crawls``: each record's crawl, from
+    :func:`collect_crawls`). The Selector scores all new papers of the batch in ONE batched call (its P("True") is
+    a single-token reward model, PaSa §4.3)."""
+    crawl_of = [None] * len(records) if crawls is None else list(crawls)
+    samples = [SessionSample(r, action_steps(r), c) for r, c in zip(records, crawl_of) if r.response_token_ids]
     added = sorted({p for s in samples for st in s.steps for p in st.added})
     papers = env.store.get_many(added, with_sections=True) if added else {}
     requests, owners = [], []

@@ -8,7 +8,7 @@ One PPO step, per process (``torchrun`` runs one per device; every process rolls
    batched Selector call;
 3. **returns** (``timing_s/returns``): log π_θ^old and log π_sft of every response token (the per-token KL), V̂^old at
    every action's state and at the S_{q+p_j} states of the papers each action added; then R̂ (Eq. 3) and
-   Â = R̂ − V̂ (Eq. 4) — or the official code's GAE (``ppo.estimator=gae``);
+   Â = R̂ − V̂ (Eq. 4) — or GAE (``gae``), or a group baseline over whole crawls without V̂ (``grpo``, ``rloo``);
 4. **update** (``timing_s/update``): ``ppo_epochs`` passes over the sessions in minibatches of
    ``forward_batch_size × grad_accum`` sessions; L = L_policy (Eq. 5) + η·L_value (Eqs. 6–7) (Eq. 8), each a mean
    over the minibatch's tokens (all forward batches, all processes: a token weighs the same however the minibatch
@@ -76,7 +76,7 @@ from scholar_agents.train.ppo.rollout import (
     RolloutEngine,
     SessionSample,
     build_samples,
-    collect_sessions,
+    collect,
     gold_sets,
     reward_stats,
 )
@@ -292,7 +292,7 @@ class PPOTrainer:
                 ref_logits = self._ref_logits(b) if not frozen else None
             if not idx:
                 continue
-            vs = from_grid(response_values(v, b.width), b.lengths)
+            vs = [np.zeros(n) for n in b.lengths] if v is None else from_grid(response_values(v, b.width), b.lengths)
             lo = from_grid(response_logprobs(logits, b.response_ids), b.lengths) if not frozen else None
             lr = from_grid(response_logprobs(ref_logits, b.response_ids), b.lengths) if not frozen else None
             for k, i in enumerate(idx):
@@ -313,6 +313,8 @@ class PPOTrainer:
     @torch.no_grad()
     def _child_values(self, samples: list[SessionSample]) -> int:
         """Σ_j V̂^old(S_{q+p_j}) for every action (Eq. 3's bootstrap), one value forward per distinct start state."""
+        if not self.pcfg.uses_value:
+            return 0  # grpo / rloo: no V̂, no bootstrap
         model = self.accelerator.unwrap_model(self.model)
         keys = sorted({(s.record.user_query, pid) for s in samples for st in s.steps for pid in st.children})
         prompts = {k: self.engine.llm.prompt_token_ids(self.env.state_messages(k[0], k[1])) for k in keys}
@@ -343,10 +345,10 @@ class PPOTrainer:
         self.rollout_policy.seed = p.seed + 100_003 * step + 7 * self.rank
         crawler = self.engine.crawler(self.rollout_policy)
         env_t0 = sum(self.env.timing.values())
-        records, counts = collect_sessions(self.env, crawler, queries, [int(n) for n in p.expand_sessions],
-                                           self.expand_rng)
+        records, crawls, counts = collect(self.env, crawler, queries, p, self.expand_rng)  # sessions or crawls
         t1 = time.perf_counter()
-        samples = build_samples(records, self.env, self.gold, self.selector, p.reward_config(), p.bootstrap_all_papers)
+        samples = build_samples(records, self.env, self.gold, self.selector, p.reward_config(), p.bootstrap_all_papers,
+                                crawls)
         t_reward = time.perf_counter() - t1
         gen_tokens = sum(len(r.response_token_ids) for r in records)
         m = {
@@ -400,7 +402,7 @@ class PPOTrainer:
             "rollout/child_states_valued": n_children,
             "timing_s/returns": time.perf_counter() - t0,
         }
-        batch = {"logp_old": logp_old, "values_old": values}
+        batch = {"logp_old": logp_old, "values_old": values, "logp_ref": logp_ref}
         return targets, batch, m
 
     def _shift_value_bias(self, targets: list[SessionTargets], values: list[np.ndarray]) -> None:
@@ -454,7 +456,8 @@ class PPOTrainer:
                         loss, d = self._micro_loss([samples[i] for i in micro], [targets[i] for i in micro],
                                                    [batch["logp_old"][i] for i in micro],
                                                    [batch["values_old"][i] for i in micro], frozen,
-                                                   n_tokens=n_tokens, n_value_tokens=n_value_tokens)
+                                                   n_tokens=n_tokens, n_value_tokens=n_value_tokens,
+                                                   logp_ref=[batch["logp_ref"][i] for i in micro])
                     if self.deepspeed:
                         # DeepSpeed's own API (accelerate's backward would mark every pass as a boundary): backward
                         # scales by 1/grad_accum, step() steps the optimizer every grad_accum-th pass
@@ -471,7 +474,7 @@ class PPOTrainer:
         stats["actor/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
         stats["actor/frozen"] = float(frozen)
         stats["actor/lr"] = self.optimizer.param_groups[0]["lr"]
-        stats["critic/lr"] = self.optimizer.param_groups[1]["lr"]
+        stats["critic/lr"] = self.optimizer.param_groups[1]["lr"] if self.pcfg.uses_value else 0.0  # grpo/rloo: none
         stats["update/minibatches"] = n_mb * p.ppo_epochs
         return stats
 
@@ -486,7 +489,7 @@ class PPOTrainer:
         return [(float(a), float(b)) for a, b in t.tolist()]
 
     def _micro_loss(self, samples, targets, logp_old, values_old, frozen: bool, n_tokens: float | None = None,
-                    n_value_tokens: float | None = None) -> tuple[torch.Tensor, dict]:
+                    n_value_tokens: float | None = None, logp_ref=None) -> tuple[torch.Tensor, dict]:
         """Eq. 8 on one forward batch. ``n_tokens`` / ``n_value_tokens``: the minibatch's response / value-target
         tokens over all processes (the losses are sums over this batch's tokens divided by them); ``None`` = this
         batch's own means. The logged losses are this batch's means either way."""
@@ -501,7 +504,7 @@ class PPOTrainer:
         with self._autocast():
             logits, v = self.model(b.input_ids, b.attention_mask, b.position_ids, n_logits=W + 1,
                                    with_policy=not frozen, with_value=True, freeze_shared_backbone=frozen)
-        values = response_values(v, W)
+        values = response_values(v, W) if v is not None else v_old  # grpo / rloo: no V̂, the value loss is 0
         # the share of the minibatch's tokens this batch holds: turns the normalised losses back into batch means
         v_share = 1.0 if n_value_tokens is None else float(vmask.sum()) / max(n_value_tokens, 1.0)
         share = 1.0 if n_tokens is None else float(mask.sum()) / max(n_tokens, 1.0)
@@ -510,7 +513,8 @@ class PPOTrainer:
         if frozen:
             return p.eta * l_value, d
         logp = response_logprobs(logits, b.response_ids)
-        l_policy, pd = policy_loss(logp, to_grid(logp_old, W, self.device), adv, mask, p.clip_eps, n_tokens=n_tokens)
+        kl_ref = None if p.kl_in_return else (to_grid(logp_ref, W, self.device), p.beta)  # grpo/rloo: KL as a loss
+        l_policy, pd = policy_loss(logp, to_grid(logp_old, W, self.device), adv, mask, p.clip_eps, n_tokens, kl_ref)
         ent = masked_mean(response_entropy(logits.detach() if p.entropy_coef == 0 else logits), mask, n_tokens)
         loss = total_loss(l_policy, l_value, p.eta) - p.entropy_coef * ent  # Eq. 8
         pg, ent_mean = l_policy.item() / max(share, 1e-12), ent.item() / max(share, 1e-12)
@@ -525,7 +529,7 @@ class PPOTrainer:
         with self._autocast():
             logits, v = self.model(b.input_ids, b.attention_mask, b.position_ids, n_logits=b.width + 1,
                                    with_policy=not frozen, with_value=True, freeze_shared_backbone=frozen)
-        return 0.0 * (v.float().sum() + (logits.float().sum() if logits is not None else 0.0))
+        return 0.0 * sum(t.float().sum() for t in (v, logits) if t is not None)
 
     def _sync_and_step(self, frozen: bool) -> float:
         """Sum the gradients over processes (each was already divided by the global count), clip, step. While

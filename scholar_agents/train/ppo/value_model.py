@@ -113,17 +113,25 @@ class PolicyAndValue(nn.Module):
     """π_θ and V̂_φ as one module: ``forward`` returns the policy's logits on the last ``n_logits`` positions
     (those that predict the response tokens) and the values on every position."""
 
-    def __init__(self, policy: nn.Module, value: ValueModel | None = None, head: nn.Linear | None = None):
+    def __init__(self, policy: nn.Module, value: ValueModel | None = None, head: nn.Linear | None = None,
+                 critic: bool = True):
         super().__init__()
-        if (value is None) == (head is None):
+        if critic and (value is None) == (head is None):
             raise ValueError("give either a separate value model or a head on the policy's hidden states")
+        if not critic and (value is not None or head is not None):
+            raise ValueError("critic=False (ppo.estimator=grpo|rloo) takes no value model and no value head")
         self.policy = policy
         self.value = value
         self.value_head = head
 
     @property
+    def critic(self) -> bool:
+        """False for the critic-free estimators (grpo, rloo): no V̂ at all; forward returns values None."""
+        return self.value is not None or self.value_head is not None
+
+    @property
     def shared(self) -> bool:
-        return self.value is None
+        return self.value is None and self.value_head is not None
 
     @property
     def config(self):
@@ -134,6 +142,7 @@ class PolicyAndValue(nn.Module):
                 n_logits: int, with_policy: bool = True, with_value: bool = True,
                 freeze_shared_backbone: bool = False) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         logits = values = None
+        with_value = with_value and self.critic
         if self.shared:
             if with_policy or with_value:
                 out = self.policy(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
@@ -155,6 +164,8 @@ class PolicyAndValue(nn.Module):
     def save_value(self, out_dir: str | Path, state_dict: dict | None = None) -> None:
         """``state_dict``: the full weights of this whole module (``value.*`` / ``value_head.*`` are used) when its
         own are ZeRO-3 shards."""
+        if not self.critic:
+            return  # grpo / rloo: nothing to save
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         if self.shared:

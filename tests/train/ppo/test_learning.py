@@ -154,6 +154,62 @@ def test_one_hop_ppo_learns_to_expand_the_section_that_cites_the_gold_papers(kno
         assert mean(rows, "task/optimal_action_rate", slice(-3, None)) >= 0.5
 
 
+# the critic-free estimators' recipe (ppo.estimator=grpo|rloo): G = 4 whole crawls of each of 4 queries a step (16
+# crawls, each ~1 trained hub session: about one_hop's 8 + 8 + 16 sessions of paper_mc); no value model, no warm-up
+GROUP = {"group_size": 4, "queries_per_step": 4}
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "dr_grpo"])
+def test_one_hop_critic_free_estimators_learn_from_whole_crawls(known_tasks, tmp_path, estimator):
+    """Known answer: [Expand] Related Work, then [Stop], learnt from the crawl's return alone (no V̂): GRPO (Shao et al.
+    2024) and RLOO (Ahmadian et al. 2024) over G = 4 crawls of each query (GROUP), 12 steps, means of the first 2 and
+    the last 3 steps. Measured over seeds 0-2 — grpo: Related Work's share of the hub's expansions 0.48-0.54 ->
+    0.89-0.96, optimal-action rate 0.22-0.28 -> 0.79-0.90; rloo: share 0.45-0.55 -> 0.81-0.98, rate 0.16-0.34 ->
+    0.75-0.98; dr_grpo (grpo, ppo.scale_rewards=false: Liu et al. 2025): share 0.45-0.53 -> 0.79-1.00, rate 0.16-0.31
+    -> 0.73-0.96. Thresholds: share < 0.7 -> >= 0.7, rate < 0.45 -> >= 0.6. With the advantage's sign flipped the
+    share falls to 0.0 instead (grpo and rloo, seed 0)."""
+    switch = {"estimator": "grpo", "scale_rewards": "false"} if estimator == "dr_grpo" else {"estimator": estimator}
+    rows = run_ppo(known_tasks, "one_hop", tmp_path, **switch, **GROUP)
+    assert all(r["critic/vf_loss"] == 0.0 for r in rows if "critic/vf_loss" in r)  # no value model
+    assert mean(rows, "task/optimal_share", slice(0, 2)) < 0.7
+    assert mean(rows, "task/optimal_share", slice(-3, None)) >= 0.7
+    assert mean(rows, "task/optimal_action_rate", slice(0, 2)) < 0.45
+    assert mean(rows, "task/optimal_action_rate", slice(-3, None)) >= 0.6
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo"])
+def test_cost_critic_free_estimators_learn_the_gold_section_but_not_yet_to_stop(known_tasks, tmp_path, estimator):
+    """cost (5 sections, one cites the gold papers, each [Expand] costs c = 0.1) with one scalar per crawl: 8 queries x
+    G = 4 crawls a step, 30 steps, β = 0.1. Measured over seeds 0-2 (first 2 -> last 3 steps): the hub sessions that
+    expand Related Work 0.28-0.41 -> 0.83-0.95 (grpo), 0.34-0.41 -> 0.99-1.00 (rloo); but the cost of the other
+    sections is not learnt: actions per crawl 2.4-2.7 -> 2.6-2.8 (paper_mc, per action credit: 2.5-2.75 -> 2.0-2.4),
+    optimal-action rate 0.09-0.11 -> 0.20-0.27 (grpo), 0.05-0.13 -> 0.30-0.37 (rloo) (paper_mc 0.63-0.96); grpo seed 0
+    at 60 steps: still 2.74 actions, rate 0.27. With the KL as a loss term instead (ppo.kl_in_return=false): rate
+    0.06-0.13 -> 0.47 (grpo), 0.06-0.13 -> 0.27-0.39 (rloo), actions 2.4-2.7 -> 2.4-2.8. Without the KL term (β = 0)
+    both learn it: the next test. Thresholds: Related Work rate <= 0.5 -> >= 0.7, optimal-action rate up by >= 0.05.
+    With the advantage's sign flipped Related Work falls to 0.0 (seed 0, both)."""
+    rows = run_ppo(known_tasks, "cost", tmp_path, estimator=estimator, group_size=4, queries_per_step=8,
+                   total_steps=30)
+    assert mean(rows, "task/optimal_section_rate", slice(0, 2)) <= 0.5
+    assert mean(rows, "task/optimal_section_rate", slice(-3, None)) >= 0.7
+    assert mean(rows, "task/optimal_action_rate", slice(-3, None)) >= mean(rows, "task/optimal_action_rate",
+                                                                            slice(0, 2)) + 0.05
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo"])
+def test_cost_critic_free_estimators_stop_without_the_kl_term(known_tasks, tmp_path, estimator):
+    """The previous test with β = 0: the crawl-level estimators then learn the optimum, one [Expand] then [Stop].
+    Measured over seeds 0-2, 30 steps: actions per crawl 2.36-2.50 -> 1.91-1.96 (grpo), 2.39-2.67 -> 2.00-2.01
+    (rloo); optimal-action rate 0.09-0.11 -> 0.91-0.96 (grpo), 0.05-0.13 -> 0.97-0.98 (rloo). At β = 0.1 the KL (in
+    the return or in the loss) holds the expansion count at π_sft's. Thresholds (paper_mc's cost test's): a fall of
+    >= 0.2 actions, rate >= 0.6. With the advantage's sign flipped (grpo, seed 0) the rate is 0.0."""
+    rows = run_ppo(known_tasks, "cost", tmp_path, estimator=estimator, group_size=4, queries_per_step=8,
+                   total_steps=30, beta=0.0)
+    first, last = (mean(rows, "task/actions_per_query", s) for s in (slice(0, 2), slice(-3, None)))
+    assert last <= first - 0.2, (first, last)
+    assert mean(rows, "task/optimal_action_rate", slice(-3, None)) >= 0.6
+
+
 def test_cost_ppo_stops_when_further_expansions_find_nothing(known_tasks, tmp_path):
     """Known answer: one [Expand] (Related Work) then [Stop]; each of the 4 other sections costs c = 0.1 and finds
     nothing (Eq. 1). Measured over seeds 0-3, 15 steps: actions per query ([Search] + [Expand]) 2.50-2.75 -> 2.00-2.38

@@ -18,6 +18,7 @@ from scholar_agents.train.ppo.rollout import (
     QuerySampler,
     action_steps,
     build_samples,
+    collect_crawls,
     collect_sessions,
     gold_sets,
     reward_stats,
@@ -179,3 +180,35 @@ def test_query_sampler_is_a_resumable_permutation():
     assert s2.next(4) == after
     with pytest.raises(ValueError, match="training queries"):
         QuerySampler(6, seed=3).load_state_dict(state)
+
+
+class SeedRecorder(ScriptedPolicy):
+    def generate(self, prompts, params: SamplingParams | None = None):
+        self.seeds = getattr(self, "seeds", []) + [params.seed]
+        return super().generate(prompts, params)
+
+
+@pytest.mark.parametrize("max_sessions", [None, 2])
+def test_collect_crawls_runs_each_group_member_to_the_end_of_its_crawl(toy, max_sessions):
+    """ppo.estimator=grpo|rloo's sampling: group_size whole crawls per query, each the crawl `pasa search` runs
+    (pasa.crawler.crawl, the same scripted policy) to the end of the queue or of a budget, every record tagged with its
+    crawl (member g of query i = g·len(queries) + i), each member sampled under seeds of its own."""
+    from scholar_agents.pasa.crawler import crawl
+
+    store, search = toy
+    texts = ("[Search] graph neural networks molecules [Search] message passing [Stop]",
+             "[Expand] 1 Introduction [Expand] Related Work [Expand] Background [Expand] Method [Stop]")
+    ref = crawl(_env(store, search, max_sessions=max_sessions), Crawler(ScriptedPolicy(*texts), CrawlerConfig()),
+                [QUERY], progress=False)[0]
+    want = sorted((s.paper_id or "", s.depth) for s in ref.sessions)
+    policy = SeedRecorder(*texts)
+    records, crawls, stats = collect_crawls(_env(store, search, max_sessions=max_sessions),
+                                            Crawler(policy, CrawlerConfig()), [QUERY], group_size=3)
+    assert len(records) == len(crawls) and sorted(set(crawls)) == [0, 1, 2] and stats["crawls"] == 3
+    for g in range(3):
+        mine = [r for r, c in zip(records, crawls) if c == g]
+        assert sorted((r.paper_id or "", r.depth) for r in mine) == want  # the whole crawl, as `crawl` runs it
+        assert all(r.session_id.startswith(f"{QUERY.qid}#{g}/") for r in mine)
+    assert stats["sessions_round0"] == 3 and (max_sessions is None or len(want) == max_sessions)
+    assert stats["crawls_stopped_by_budget"] == (0 if max_sessions is None else 3)
+    assert len(set(policy.seeds)) == len(policy.seeds)  # no two generate calls share a seed

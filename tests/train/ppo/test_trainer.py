@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -191,3 +192,58 @@ def test_torchrun_two_processes_match_one_process(tiny_model_dir, ppo_papers, tm
         assert "eval_end" in load_rows(tmp_path / d)
         trajs = [load_trajectories(tmp_path / d, "eval_end", r["qid"]) for r in rows[0]]
         assert all(len(t) == 1 and t[0]["sessions"] for t in trajs), d
+
+
+@pytest.mark.parametrize("estimator, kl_in_return", [("grpo", "true"), ("rloo", "false")])
+def test_critic_free_estimators_train_whole_crawls_without_a_value_model(tiny_model_dir, ppo_papers, tmp_path,
+                                                                         estimator, kl_in_return):
+    """ppo.estimator=grpo|rloo: no value model is built, trained or checkpointed; the policy_freeze_steps default
+    (value warm-up) is forced to 0; every session belongs to one of group_size × queries_per_step whole crawls, each
+    run to its end (crawler=cpu_smollm2's budgets); every token of a crawl gets the crawl's advantage."""
+    tr = make_trainer(tiny_model_dir, ppo_papers, tmp_path, estimator=estimator, group_size=2, policy_freeze_steps=1,
+                      total_steps=1, kl_in_return=kl_in_return)
+    try:
+        assert tr.pcfg.policy_freeze_steps == 0 and not tr.model.critic
+        assert tr.model.value is None and tr.model.value_head is None and tr.value_params == []
+        policy0 = snapshot(tr.model.policy)
+        samples, m = tr.rollout(0)
+        crawls = {s.crawl for s in samples}
+        assert samples and crawls <= set(range(4)) and None not in crawls
+        targets, batch, m2 = tr.compute_targets(samples, frozen=False)
+        assert m2["rollout/child_states_valued"] == 0 and all(t.value_mask.sum() == 0 for t in targets)
+        for s, t in zip(samples, targets):  # one advantage per crawl, on every token
+            same = [u for r, u in zip(samples, targets) if r.crawl == s.crawl]
+            assert np.all(t.advantages == t.advantages[0]) and all(u.advantages[0] == t.advantages[0] for u in same)
+        targets[0].advantages[:] = 1.0  # the tiny random policy's crawls often tie (all-invalid): force a gradient
+        stats = tr.update(samples, targets, batch, step=0, frozen=False)
+        assert stats["actor/frozen"] == 0.0 and changed(policy0, tr.model.policy)
+        path, trained = tr.save(1), snapshot(tr.model.policy)
+        assert (path / "policy").is_dir() and not (path / "value").exists()
+    finally:
+        tr.close()
+    tr = make_trainer(tiny_model_dir, ppo_papers, tmp_path, estimator=estimator, group_size=2, total_steps=2,
+                      kl_in_return=kl_in_return)
+    try:  # resumes from the checkpoint without a value model, and trains on
+        assert tr.start_step == 1 and not tr.model.critic
+        torch.testing.assert_close(snapshot(tr.model.policy), trained)
+        assert tr.train_step(1)["actor/frozen"] == 0.0
+    finally:
+        tr.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", ["zero2", "zero3"])
+def test_critic_free_estimator_under_deepspeed_has_one_parameter_group(tiny_model_dir, ppo_papers, tmp_path, stage):
+    """ppo.estimator=grpo under DeepSpeed (one process): the optimizer has the policy's group only (DeepSpeed drops an
+    empty group, which would leave the LR schedule a lambda short), one step trains and checkpoints (~20 s each)."""
+    from scholar_agents.hydra_app import CONF_DIR
+
+    tr = make_trainer(tiny_model_dir, ppo_papers, tmp_path, estimator="grpo", group_size=2, total_steps=1,
+                      deepspeed=str(CONF_DIR / "deepspeed" / f"{stage}.json"))
+    try:
+        assert len(tr.scheduler.lr_lambdas) == 1 and tr.value_params == []
+        m = tr.train_step(0)
+        assert m["actor/frozen"] == 0.0 and m["critic/lr"] == 0.0 and "actor/pg_loss" in m
+        assert not (tr.save(1) / "value").exists()
+    finally:
+        tr.close()

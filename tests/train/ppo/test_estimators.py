@@ -1,0 +1,115 @@
+"""The critic-free estimators (ppo.estimator=grpo|rloo) against hand-computed groups, and their wiring: crawl
+returns (Eq. 1 rewards of every action of the crawl − β·KL of every token), grouping by query, the advantage on every
+token, no value targets; the registry and the config agree on which estimators have a critic."""
+
+import numpy as np
+import pytest
+
+from scholar_agents.pasa.trajectory import SessionRecord
+from scholar_agents.train.ppo import config as ppo_config
+from scholar_agents.train.ppo.config import PPOConfig
+from scholar_agents.train.ppo.estimators import ESTIMATORS, grpo_advantages, rloo_advantages
+from scholar_agents.train.ppo.rollout import ActionStep, SessionSample
+
+
+def test_rloo_is_the_leave_one_out_baseline():
+    # group a: returns 1, 2, 6 -> baselines (2+6)/2=4, (1+6)/2=3.5, (1+2)/2=1.5; group b: 0, 4 -> baselines 4, 0
+    adv = rloo_advantages([1.0, 2.0, 6.0, 0.0, 4.0], ["a", "a", "a", "b", "b"])
+    np.testing.assert_allclose(adv, [1 - 4, 2 - 3.5, 6 - 1.5, -4, 4])
+    # = G/(G-1)·(R − mean); a group of one has no baseline
+    np.testing.assert_allclose(adv[:3], 1.5 * (np.array([1, 2, 6]) - 3))
+    assert rloo_advantages([5.0], ["x"]).tolist() == [0.0]
+
+
+def test_grpo_scales_by_the_group_std_and_dr_grpo_does_not():
+    # group a: 1, 2, 6: mean 3, sample std sqrt(((−2)²+(−1)²+3²)/2) = sqrt(7); group b: 0, 4: mean 2, std sqrt(8)
+    R, g = [1.0, 2.0, 6.0, 0.0, 4.0], ["a", "a", "a", "b", "b"]
+    np.testing.assert_allclose(grpo_advantages(R, g, eps=0.0),
+                               [-2 / 7 ** 0.5, -1 / 7 ** 0.5, 3 / 7 ** 0.5, -2 / 8 ** 0.5, 2 / 8 ** 0.5])
+    np.testing.assert_allclose(grpo_advantages(R, g, scale=False), [-2, -1, 3, -2, 2])  # Dr. GRPO: R − mean
+    # a group whose returns tie gets 0 (not 0/0), with or without scaling
+    assert grpo_advantages([0.3, 0.3], ["a", "a"]).tolist() == [0.0, 0.0]
+    assert grpo_advantages([7.0], ["a"]).tolist() == [0.0]
+
+
+def _sample(qid: str, crawl: int, n_tokens: int, rewards: list[float]) -> SessionSample:
+    rec = SessionRecord(session_id=f"{qid}#{crawl}/0", qid=qid, user_query=qid, before=None, start_state="S_q+p",
+                        paper_id="p", depth=1, parent_session_id=None, parent_action_index=None, prompt=[],
+                        prompt_token_ids=[1], response_text="", response_token_ids=list(range(n_tokens)),
+                        response_logprobs=None, finish_reason="stop")
+    cut = np.linspace(0, n_tokens, len(rewards) + 1).astype(int)
+    steps = [ActionStep("expand", int(a), int(b), reward=r) for a, b, r in zip(cut[:-1], cut[1:], rewards)]
+    return SessionSample(rec, steps, crawl)
+
+
+@pytest.mark.parametrize("name", ["rloo", "grpo"])
+def test_a_crawl_s_return_sums_all_its_sessions_and_its_advantage_goes_to_every_token(name):
+    """Query q: crawl 0 = two sessions (rewards 1.4 − 0.1 and 3.0; token KL 0.5 on 2 tokens of the first), crawl 1 =
+    one session (−0.1). Query r: crawls 2 and 3 (1.0 and 2.0). β = 0.1: R0 = 1.3 + 3.0 − 0.1·1.0 = 4.2, R1 = −0.1."""
+    cfg = PPOConfig(estimator=name, beta=0.1, group_size=2, scale_rewards=False)
+    samples = [_sample("q", 0, 4, [1.4, -0.1]), _sample("q", 1, 3, [-0.1]), _sample("q", 0, 2, [3.0]),
+               _sample("r", 2, 2, [1.0]), _sample("r", 3, 2, [2.0])]
+    logp_old = [np.array([0.0, -0.5, -0.5, 0.0]), np.zeros(3), np.zeros(2), np.zeros(2), np.zeros(2)]
+    logp_ref = [np.array([0.0, -1.0, -1.0, 0.0]), np.zeros(3), np.zeros(2), np.zeros(2), np.zeros(2)]
+    values = [np.full(len(lo), 9.0) for lo in logp_old]  # ignored: no critic
+    est = ESTIMATORS[name]
+    assert est.uses_value is False
+    t = est.targets(samples, logp_old, logp_ref, values, cfg)
+    R0, R1 = 4.2, -0.1
+    # G = 2: RLOO's baseline is the other crawl; Dr. GRPO's is the mean — both give ±(R0 − R1)/2 · (2 for RLOO)
+    a0 = (R0 - R1) if name == "rloo" else (R0 - R1) / 2
+    a2 = (1.0 - 2.0) if name == "rloo" else -0.5
+    for k, a in zip(range(5), [a0, -a0, a0, a2, -a2]):
+        np.testing.assert_allclose(t[k].advantages, np.full(len(samples[k].response_ids), a))
+        assert t[k].value_mask.sum() == 0 and not t[k].returns.any() and t[k].bootstrap == 0.0
+    assert t[0].session_return == pytest.approx(R0) and t[2].session_return == pytest.approx(R0)
+    assert t[0].kl == pytest.approx(1.0) and t[1].kl == 0.0
+
+
+def test_group_estimators_refuse_sessions_without_a_crawl():
+    s = _sample("q", 0, 2, [1.0])
+    s.crawl = None
+    with pytest.raises(ValueError, match="needs whole crawls"):
+        ESTIMATORS["grpo"].targets([s], [np.zeros(2)], [np.zeros(2)], [np.zeros(2)], PPOConfig(estimator="grpo"))
+
+
+def test_config_and_registry_agree_and_the_value_warm_up_is_forced_off():
+    assert set(ESTIMATORS) == set(ppo_config.ESTIMATORS)
+    assert {n for n, e in ESTIMATORS.items() if not e.uses_value} == set(ppo_config.CRITIC_FREE) == {"grpo", "rloo"}
+    c = PPOConfig(estimator="rloo", policy_freeze_steps=50, init_value_to_mean_return=True)
+    assert c.policy_freeze_steps == 0 and not c.init_value_to_mean_return and not c.uses_value
+    assert PPOConfig().uses_value and PPOConfig().policy_freeze_steps == 50
+    with pytest.raises(ValueError, match="group_size must be >= 2"):
+        PPOConfig(estimator="grpo", group_size=1)
+    with pytest.raises(ValueError, match="ppo.estimator must be one of"):
+        PPOConfig(estimator="ppo")
+
+
+def test_kl_in_return_false_leaves_the_kl_out_of_the_crawl_return():
+    """ppo.kl_in_return=false (TRL's GRPO): R is Eq. 1's rewards alone; the KL goes to the loss (losses.kl_to_ref)."""
+    cfg = PPOConfig(estimator="rloo", beta=0.1, group_size=2, kl_in_return=False)
+    samples = [_sample("q", 0, 2, [1.0]), _sample("q", 1, 2, [0.0])]
+    lo, lr = [np.array([0.0, -0.5]), np.zeros(2)], [np.array([0.0, -3.0]), np.zeros(2)]  # crawl 0: KL 2.5
+    t = ESTIMATORS["rloo"].targets(samples, lo, lr, [np.zeros(2)] * 2, cfg)
+    assert t[0].session_return == 1.0 and t[0].advantages[0] == 1.0 and t[0].kl == pytest.approx(2.5)
+    t_in = ESTIMATORS["rloo"].targets(samples, lo, lr, [np.zeros(2)] * 2, PPOConfig(estimator="rloo", group_size=2))
+    assert t_in[0].session_return == pytest.approx(1.0 - 0.25)
+    with pytest.raises(ValueError, match="kl_in_return=false .* is for ppo.estimator=grpo"):
+        PPOConfig(kl_in_return=False)
+
+
+def test_kl_to_ref_is_k3_and_adds_beta_times_its_token_mean_to_the_policy_loss():
+    import torch
+
+    from scholar_agents.train.ppo.losses import kl_to_ref, policy_loss
+
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    ref = torch.tensor([[-1.0, -1.0]])
+    k3 = kl_to_ref(logp, ref)  # d = ref − logp = (0, 1): e^d − d − 1 = (0, e − 2)
+    torch.testing.assert_close(k3, torch.tensor([[0.0, np.e - 2.0]]))
+    mask, adv = torch.ones(1, 2), torch.zeros(1, 2)
+    base, _ = policy_loss(logp, logp.detach(), adv, mask)
+    with_kl, _ = policy_loss(logp, logp.detach(), adv, mask, kl_ref=(ref, 0.1))
+    assert (with_kl - base).item() == pytest.approx(0.1 * (np.e - 2.0) / 2)
+    with_kl.backward()  # d/dlogp of β·mean(e^d − d − 1) = β·(1 − e^d)/2: pulls logp toward the reference
+    torch.testing.assert_close(logp.grad, torch.tensor([[0.0, 0.1 * (1 - np.e) / 2]]))
