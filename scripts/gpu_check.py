@@ -38,6 +38,7 @@ has none (``scripts/gpu_image_packages.txt``; vLLM's CUDA wheel is too large to 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -319,10 +320,8 @@ def kill_tree(proc: subprocess.Popen) -> None:
     except psutil.NoSuchProcess:
         tree = []
     for child in reversed(tree):
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):  # already gone
             child.kill()
-        except psutil.NoSuchProcess:
-            pass
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     psutil.wait_procs(tree, timeout=30)

@@ -14,6 +14,7 @@ CPU, DeepSpeed its CPU accelerator). Where CUDA is there it logs one line: torch
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -145,14 +146,13 @@ def nvidia_driver() -> tuple[Optional[str], str]:
     """(the NVIDIA driver's version, where it was read or why there is none), without touching CUDA."""
     smi = shutil.which("nvidia-smi")
     if smi:
-        try:
+        out = None
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):  # a broken driver: try /proc next
             out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
                                  text=True, timeout=30)
-            first = out.stdout.strip().splitlines()[0].strip() if out.stdout.strip() else ""
-            if out.returncode == 0 and re.fullmatch(r"\d+(\.\d+)*", first):
-                return first, "nvidia-smi"
-        except (OSError, subprocess.TimeoutExpired):
-            pass
+        first = out.stdout.strip().splitlines()[0].strip() if out is not None and out.stdout.strip() else ""
+        if out is not None and out.returncode == 0 and re.fullmatch(r"\d+(\.\d+)*", first):
+            return first, "nvidia-smi"
     proc = Path("/proc/driver/nvidia/version")
     if proc.is_file():
         m = re.search(r"Kernel Module\s+(?:for\s+\S+\s+)?(\d+\.\d+(?:\.\d+)?)", proc.read_text())

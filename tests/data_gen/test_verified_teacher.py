@@ -18,10 +18,9 @@ from scholar_agents.data_gen.verified_teacher import (
     support,
     verify_queries,
 )
-from scholar_agents.papers.index import SearchConfig, load_or_build_search
 from scholar_agents.papers.paper import Paper
-from scholar_agents.papers.store import PaperStore
 from scholar_agents.pasa.queries import ScholarQuery
+from tests.fixtures.crawl import bm25_world
 
 
 def test_greedy_keeps_the_largest_marginal_gain_first_and_stops_when_nothing_adds():
@@ -72,17 +71,15 @@ def _papers():
 
 
 @pytest.fixture(scope="module")
-def toy(tmp_path_factory):
-    d = tmp_path_factory.mktemp("verified_store")
-    store = PaperStore(d / "papers.sqlite")
-    store.add(_papers())
-    search = load_or_build_search(SearchConfig(kind="bm25"), store, None, d / "index")
+def teacher_world(tmp_path_factory):
+    """Three gold molecule papers among graph / vision distractors and one paper from after the query date."""
+    store, search = bm25_world(tmp_path_factory.mktemp("verified_store"), _papers())
     yield store, search
     store.close()
 
 
-def test_verify_queries_with_the_environments_search(toy):
-    _, search = toy
+def test_verify_queries_with_the_environments_search(teacher_world):
+    _, search = teacher_world
     q = ScholarQuery("q1", "graph neural networks for molecules", before="2020-06-30",
                      gold_ids=["G1", "G2", "G3"],
                      gold_titles=["Message passing neural networks for quantum chemistry",

@@ -127,17 +127,24 @@ def test_job_env_sets_nccl_debug_to_warn_unless_the_user_chose(no_slurm):
         assert out.stdout.strip().splitlines()[-1] == f"NCCL_DEBUG={expect}"
 
 
+def preemptible_step(path, shebang: bool = False):
+    """A job step that waits for a preemption signal through our handler, prints which one, and exits for requeue
+    (75); ``shebang``: an executable file (standing in for ``srun``, which passes the signal on)."""
+    path.write_text((f"#!{sys.executable}\n" if shebang else "") + "import time\n"
+                    "from scholar_agents.runtime.preemption import PreemptionHandler\n"
+                    "h = PreemptionHandler.install()\n"
+                    "print('ready', flush=True)\n"
+                    "while not h.should_stop():\n    time.sleep(0.02)\n"
+                    "print('stopping on', h.received, flush=True)\n"
+                    "h.exit_for_requeue()\n")
+    if shebang:
+        path.chmod(0o755)
+    return path
+
+
 def test_requeue_glue_forwards_batch_shell_signal_as_sigterm(no_slurm, tmp_path):
     """What `--signal=B:USR1@120` does: only the batch shell gets USR1; the glue must pass SIGTERM to the step."""
-    step = tmp_path / "step.py"
-    step.write_text(
-        "import sys, time\n"
-        "from scholar_agents.runtime.preemption import PreemptionHandler\n"
-        "h = PreemptionHandler.install()\n"
-        "print('ready', flush=True)\n"
-        "while not h.should_stop():\n    time.sleep(0.02)\n"
-        "print('stopping on', h.received, flush=True)\n"
-        "h.exit_for_requeue()\n")
+    step = preemptible_step(tmp_path / "step.py")
     script = tmp_path / "job.sh"
     script.write_text(f"source {REPO}/slurm/requeue_glue.sh\nrun_preemptible {sys.executable} {step}\nexit $?\n")
     proc = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -154,17 +161,7 @@ def test_requeue_glue_passes_the_warning_to_srun_as_sigusr1(no_slurm, tmp_path):
     """srun turns a SIGTERM of its own into SIGKILL for its tasks ("forcing job termination"): a step started
     through srun (`scholar_torchrun`) gets the warning as SIGUSR1, which srun passes on. Here `srun` is a stand-in
     that records the signal it got (the real path runs in tests/runtime/test_slurm_cluster.py)."""
-    srun = tmp_path / "srun"
-    srun.write_text(
-        f"#!{sys.executable}\n"
-        "import time\n"
-        "from scholar_agents.runtime.preemption import PreemptionHandler\n"
-        "h = PreemptionHandler.install()\n"
-        "print('ready', flush=True)\n"
-        "while not h.should_stop():\n    time.sleep(0.02)\n"
-        "print('stopping on', h.received, flush=True)\n"
-        "h.exit_for_requeue()\n")
-    srun.chmod(0o755)
+    srun = preemptible_step(tmp_path / "srun", shebang=True)
     script = tmp_path / "job.sh"
     script.write_text(f"source {REPO}/slurm/requeue_glue.sh\nrun_preemptible {srun}\nexit $?\n")
     proc = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -18,6 +18,7 @@ session's actions, tokens and values into them.
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Sequence
 
@@ -131,29 +132,38 @@ class SessionTargets:
     bootstrap: float  # γ1 · Σ_t Σ_j V̂(S_{q+p_j})
 
 
-class Estimator:
-    """One way to turn a batch of sessions into :class:`SessionTargets`. ``uses_value``: whether it reads V̂ (the
-    trainer builds, trains and checkpoints a value model only for those)."""
+class Estimator(abc.ABC):
+    """One way to turn a batch of sessions into :class:`SessionTargets`, the whole batch at once (a group baseline
+    needs its neighbours). ``uses_value``: whether it reads V̂ (the trainer builds, trains and checkpoints a value
+    model only for those)."""
 
     name: ClassVar[str]
     uses_value: ClassVar[bool] = True
 
+    @abc.abstractmethod
     def targets(self, samples: Sequence["SessionSample"], logp_old: Sequence[np.ndarray],
                 logp_ref: Sequence[np.ndarray], values_old: Sequence[np.ndarray],
                 cfg: "PPOConfig") -> list[SessionTargets]:
-        """The whole batch at once (a group baseline needs its neighbours); per session by default."""
+        """Per-token advantages and value targets of every session of the batch."""
+
+
+class SessionEstimator(Estimator):
+    """An estimator whose targets for a session read that session only (Eqs. 3–4, GAE)."""
+
+    def targets(self, samples, logp_old, logp_ref, values_old, cfg) -> list[SessionTargets]:
         return [self.session(s, lo, lr, v, cfg) for s, lo, lr, v in zip(samples, logp_old, logp_ref, values_old)]
 
+    @abc.abstractmethod
     def session(self, sample: "SessionSample", logp_old: np.ndarray, logp_ref: np.ndarray, values_old: np.ndarray,
                 cfg: "PPOConfig") -> SessionTargets:
-        raise NotImplementedError(f"{type(self).__name__} scores whole batches: call targets()")
+        """One session's targets."""
 
 
 def _token_kl(logp_old, logp_ref) -> np.ndarray:
     return np.asarray(logp_old, dtype=np.float64) - np.asarray(logp_ref, dtype=np.float64)
 
 
-class PaperMC(Estimator):
+class PaperMC(SessionEstimator):
     """PaSa Eqs. 3–4: R̂_t per action (reward, γ1-bootstrap on the sessions the action's papers start, −β·KL),
     Â = R̂ − V̂(s_t) shared by every token of action t; V̂ trained at each action's first token."""
 
@@ -174,7 +184,7 @@ class PaperMC(Estimator):
                               cfg.gamma1 * float(sum(s.child_values for s in steps)))
 
 
-class GAE(Estimator):
+class GAE(SessionEstimator):
     """The official code's estimator: token-level GAE(γ0, λ) with −β·KL on every token and each action's reward
     (plus its γ1-bootstrap) on its last token; V̂ trained on every token."""
 
@@ -239,8 +249,8 @@ class GroupEstimator(Estimator):
     needs no extra reference forward (log π_sft comes from the scoring pass every estimator already runs).
     ``ppo.kl_in_return=false`` moves it into the loss instead (β·k3 per token, TRL's GRPO; the same scored
     log π_sft, still no extra forward). Measured on the cost task (tests/train/ppo/test_learning.py): at β = 0.1
-    neither placement learns a −0.1 action cost in 30 steps; at β = 0 both grpo and rloo do. The crawl's group advantage goes to EVERY generated token of every session of the
-    crawl; Eq. 5's clip is unchanged; no value loss (value targets empty). Crawls are grouped by query id (two draws
+    neither placement learns a −0.1 action cost in 30 steps; at β = 0 both grpo and rloo do. The crawl's group
+    advantage goes to EVERY generated token of every session of the crawl; Eq. 5's clip is unchanged; no value loss (value targets empty). Crawls are grouped by query id (two draws
     of one query in a step share a group: same query, same baseline). Only sessions with generated tokens are
     samples: under ``crawler.policy.search=user_query`` the environment's own search session (no tokens, the same
     query for every member) is not in R, and a crawl with no generated token at all has nothing to train and is not
@@ -248,8 +258,9 @@ class GroupEstimator(Estimator):
 
     uses_value = False
 
+    @abc.abstractmethod
     def advantages(self, returns: np.ndarray, groups: list, cfg: "PPOConfig") -> np.ndarray:
-        raise NotImplementedError
+        """One advantage per crawl from the crawls' returns and their groups (query ids)."""
 
     def targets(self, samples, logp_old, logp_ref, values_old, cfg) -> list[SessionTargets]:
         kl = [float(_token_kl(lo, lr).sum()) for lo, lr in zip(logp_old, logp_ref)]
@@ -293,5 +304,8 @@ ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (PaperMC(), GAE(), GRPO()
 
 def session_targets(sample: "SessionSample", logp_old: np.ndarray, logp_ref: np.ndarray, values_old: np.ndarray,
                     cfg: "PPOConfig") -> SessionTargets:
-    """One session's targets under ``cfg.estimator`` (a per-session estimator)."""
-    return ESTIMATORS[cfg.estimator].session(sample, logp_old, logp_ref, values_old, cfg)
+    """One session's targets under ``cfg.estimator`` (``paper_mc`` or ``gae``: a group estimator needs the batch)."""
+    estimator = ESTIMATORS[cfg.estimator]
+    if not isinstance(estimator, SessionEstimator):
+        raise ValueError(f"ppo.estimator={cfg.estimator} scores whole batches of crawls: use Estimator.targets")
+    return estimator.session(sample, logp_old, logp_ref, values_old, cfg)
