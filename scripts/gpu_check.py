@@ -71,8 +71,8 @@ PROFILES = {
 }
 DEFAULT_BUDGET_S = 480  # a 600-s device command with 2 minutes to spare for unpacking, start-up and the report
 # Planned seconds per run: an upper estimate of its whole torchrun (start-up, set-up, the 2 steps, exit), which is
-# also its timeout. GPU: not yet measured on a GPU (docs/cluster.md "One-H100 check"; the report puts each run's
-# seconds beside its plan, to replace these): a torchrun start <= 30 s (above), plus for PPO the sample's store and
+# also its timeout. GPU: measured on one H100 on 2026-11-27 (docs/cluster.md "One-H100 check"): probe 18 s, SFT
+# 41-46 s, a PPO start that failed 40 s, all within these, which were estimated as: a torchrun start <= 30 s (above), plus for PPO the sample's store and
 # BM25 index, three models drawn and ZeRO-3 set up (<= 30 s), 2 steps of 256-token hf rollouts and the update
 # (<= 30 s); for SFT TRL's and datasets' set-up and 2 steps of 4 x 1024 tokens (<= 45 s); the probe's timeout was
 # 120 s and it took 13 s on CPU; vLLM's CUDA start-up <= 60 s. CPU: about 4x the twin's measured 13 / 35 / 32 s
@@ -208,7 +208,8 @@ def sft_overrides(p: dict, model: Path, data: Path, out: Path, max_len: int, lor
            "max_steps": p["steps"], "per_device_train_batch_size": p["sft_batch"], "gradient_accumulation_steps": 1,
            "max_length": max_len, "model_dtype": p["dtype"], "bf16": p["bf16"],
            "gradient_checkpointing": p["grad_ckpt"],
-           "attn_implementation": attn, "deepspeed": ZERO3, "logging_steps": 1, "save_steps": 1000,
+           "attn_implementation": attn, "deepspeed": ZERO3, "logging_steps": 1,
+           "save_steps": 0,  # no checkpoint: under ZeRO-3 the end-of-run one writes 12 B/param of fp32 states (19 GB at 2L)
            "save_final": "false", "warmup_ratio": 0.0, "lora.enabled": str(lora).lower(), "use_cpu": p["use_cpu"]}
     return ["logging.wandb.enabled=false", *[f"sft.{k}={v}" for k, v in sft.items()]]
 
@@ -375,8 +376,17 @@ MEASURED = {"crawler_ppo": lambda d: ppo_measured(d, PPO_EPOCHS), "selector_sft"
 ROW_PHASES = {"crawler_ppo": PHASES, "selector_sft": ("update",), "colocated_vllm": ("push",)}
 
 
-def tail(log: Path, n: int = 25) -> str:
-    return "\n".join(log.read_text(errors="replace").splitlines()[-n:]) if log.exists() else ""
+def tail(log: Path, n: int = 25, traceback_lines: int = 80) -> str:
+    """The log's last ``n`` lines, preceded by the worker's own traceback where there is one: torchrun's summary
+    (its own traceback through ``torch/distributed/run.py``) fills the tail and hides why the worker failed."""
+    if not log.exists():
+        return ""
+    lines = log.read_text(errors="replace").splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    worker = [i for i in starts
+              if not any("torch/distributed/run.py" in x for x in lines[i:i + 6])]  # not torchrun's own
+    head = lines[worker[0]:worker[0] + traceback_lines] + ["[...]"] if worker and worker[0] < len(lines) - n else []
+    return "\n".join(head + lines[-n:])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -478,6 +488,8 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=float(os.environ.get("GPU_CHECK_BUDGET_S") or DEFAULT_BUDGET_S),
                     help=f"seconds for the whole check, from the start of gpu_check.sh (GPU_CHECK_BUDGET_S; default "
                          f"{DEFAULT_BUDGET_S}): a run starts only if its planned seconds fit what is left")
+    ap.add_argument("--only", type=lambda v: [x for x in v.split(",") if x], default=None,
+                    help="comma-separated run names (e.g. ppo_1L,sft_full_2L): run only these")
     a = ap.parse_args()
     # the budget counts from gpu_check.sh's start (its unpacking included); run directly, from here
     started = float(os.environ.get("GPU_CHECK_STARTED") or time.time())
@@ -490,6 +502,12 @@ def main() -> int:
             shutil.rmtree(out / stale, ignore_errors=True)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     order = run_list(p, importable("flash_attn"))
+    if a.only:  # a rerun of named runs (e.g. the ones that failed), in the check's order
+        unknown = set(a.only) - {r["name"] for r in order}
+        if unknown:
+            raise SystemExit(f"--only: no run named {', '.join(sorted(unknown))} in the {profile} profile "
+                             f"(runs: {', '.join(r['name'] for r in order)})")
+        order = [r for r in order if r["name"] in a.only]
     ran, spent = worst_case([(r["name"], plans[r["name"]]) for r in order], a.budget_s)
     print(f"gpu_check: budget {a.budget_s:.0f} s; plans {sum(plans[r['name']] for r in order)} s in all; if every "
           f"run took its whole plan, {len(ran)} of {len(order)} would run ({spent:.0f} s)", flush=True)

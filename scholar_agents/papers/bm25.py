@@ -15,6 +15,7 @@ import numpy as np
 
 from scholar_agents.papers.dated_docs import DatedDocs
 from scholar_agents.papers.search_base import Hit, SearchBackend, per_query_dates
+from scholar_agents.runtime.jax_guard import import_bm25s
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +23,7 @@ log = logging.getLogger(__name__)
 def make_tokenizer(stopwords: str | None = "en", stemmer: str | None = None):
     """The one tokenisation for documents and queries (bm25s' regex word splitter, lower-case, stop words,
     optional Snowball stemmer — ``stemmer="english"`` needs PyStemmer)."""
-    from bm25s.tokenization import Tokenizer
+    Tokenizer = import_bm25s().tokenization.Tokenizer
 
     stem = None
     if stemmer:
@@ -65,8 +66,7 @@ class BM25Search(SearchBackend):
     @classmethod
     def build(cls, docs: DatedDocs, texts: Sequence[str], k1: float = 1.5, b: float = 0.75, method: str = "lucene",
               stopwords: str | None = "en", stemmer: str | None = None, progress: bool = False) -> "BM25Search":
-        import bm25s
-
+        bm25s = import_bm25s()
         if len(texts) != len(docs):
             raise ValueError(f"{len(texts)} texts for {len(docs)} documents")
         tokenizer = make_tokenizer(stopwords, stemmer)
@@ -86,8 +86,7 @@ class BM25Search(SearchBackend):
 
     @classmethod
     def load(cls, directory: str | Path, docs: DatedDocs) -> "BM25Search":
-        import bm25s
-
+        bm25s = import_bm25s()
         d = Path(directory)
         params = json.loads((d / "bm25_params.json").read_text())
         model = bm25s.BM25.load(str(d / "model"), mmap=False, show_progress=False)

@@ -13,6 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
+from scholar_agents.runtime.jax_guard import import_bm25s
 from scholar_agents.thought.memory import KINDS, Memory
 
 Hits = list[tuple[int, float]]
@@ -94,15 +95,13 @@ class BM25Retriever(_SparseRetriever):
     name = "bm25"
 
     def _build(self, texts):
-        import bm25s
-
+        bm25s = import_bm25s()
         retriever = bm25s.BM25()
         retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
         return retriever
 
     def _scores(self, index, query):
-        import bm25s
-
+        bm25s = import_bm25s()
         tokens = bm25s.tokenize([query], stopwords="en", show_progress=False, return_ids=False)[0]
         if not tokens:  # a query of stop words only matches nothing
             return np.zeros(index.scores["num_docs"])

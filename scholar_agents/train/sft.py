@@ -116,7 +116,7 @@ class SFTRecipeConfig:
     # is logged with the effective batch so nobody compares runs blind. null = no expectation.
     expected_world_size: Optional[int] = None
     logging_steps: int = 10
-    save_steps: int = 500
+    save_steps: int = 500  # 0: no checkpoint-N at all (save_strategy "no"; memory checks: nothing resumes)
     save_total_limit: Optional[int] = 2
     save_final: bool = True  # false (ours, issue 28): no final/ (smoke and memory checks); the summary is still written
     eval_steps: Optional[int] = None
@@ -294,8 +294,8 @@ def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | N
         gradient_checkpointing=cfg.gradient_checkpointing,
         deepspeed=cfg.deepspeed,
         logging_steps=cfg.logging_steps,
-        save_strategy="steps",
-        save_steps=cfg.save_steps,
+        save_strategy="steps" if cfg.save_steps > 0 else "no",
+        save_steps=max(cfg.save_steps, 1),
         save_total_limit=cfg.save_total_limit,
         eval_strategy="steps" if (eval_ds is not None and cfg.eval_steps) else "no",
         eval_steps=cfg.eval_steps,

@@ -20,7 +20,10 @@ from tests.paths import REPO
 
 SCRIPT = REPO / "scripts" / "gpu_check.sh"
 ENV = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-       "WANDB_MODE": "disabled", "PYTHONPATH": str(REPO)}
+       "WANDB_MODE": "disabled", "PYTHONPATH": str(REPO),
+       # a .gpu_pack built in this checkout for the device image (CPython 3.12 wheels) is not this interpreter's:
+       # the twin runs on the venv's packages; the pack's own handling is tested below with packs of its own
+       "GPU_PACK": str(REPO / "no-such-folder" / "site-packages.tar.xz")}
 ENV.pop("GPU_CHECK_STARTED", None)
 ENV.pop("GPU_CHECK_BUDGET_S", None)
 VLLM = importlib.util.find_spec("vllm") is not None
@@ -220,3 +223,30 @@ def test_cpu_twin_writes_every_phase_beside_the_plan(tmp_path):
         assert row in md
     for phase in ("rollout", "score", "update"):
         assert f"| sdpa | {phase} |" in md
+
+
+def test_a_failed_runs_report_holds_the_workers_traceback(tmp_path):
+    """On the H100 the first report showed only torchrun's own summary (its traceback fills the last lines) and not
+    why the worker failed (a CUDA out-of-memory); the report now leads with the worker's traceback."""
+    worker = ["Traceback (most recent call last):", '  File "scholar_agents/train/ppo/trainer.py", line 209',
+              "torch.OutOfMemoryError: CUDA out of memory."]
+    torchrun_own = ["Traceback (most recent call last):", '  File "<frozen runpy>", line 198',
+                    '  File "/x/torch/distributed/run.py", line 994, in <module>', *["    ..."] * 30,
+                    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"]
+    log = tmp_path / "run.log"
+    log.write_text("\n".join(["start-up"] * 5 + worker + ["exit"] * 3 + torchrun_own) + "\n")
+    report = gpu_check.tail(log)
+    assert report.splitlines()[:3] == worker
+    assert report.splitlines()[-1].startswith("torch.distributed.elastic")
+    assert "OutOfMemoryError" not in gpu_check.tail(log, traceback_lines=0)  # the 25-line tail alone misses it
+
+
+def test_only_runs_the_named_runs_and_refuses_an_unknown_one(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_check.py"), str(tmp_path), "--plan-only",
+                           "--only", "slurm_probe,sft_lora_2L"], env={**ENV, "GPU_CHECK_PROFILE": "cpu"},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [line.split()[0] for line in proc.stdout.splitlines() if "plan_s=" in line] == ["slurm_probe", "sft_lora_2L"]
+    bad = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_check.py"), str(tmp_path), "--only", "ppo_9L"],
+                         env={**ENV, "GPU_CHECK_PROFILE": "cpu"}, capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "no run named ppo_9L" in bad.stderr

@@ -69,9 +69,9 @@ def _stop_words(kind: str) -> frozenset[str]:
 
         return frozenset(ENGLISH_STOP_WORDS)
     if kind == "lucene":
-        from bm25s.stopwords import STOPWORDS_EN
+        from scholar_agents.runtime.jax_guard import import_bm25s
 
-        return frozenset(STOPWORDS_EN)
+        return frozenset(import_bm25s().stopwords.STOPWORDS_EN)
     if kind == "none":
         return frozenset()
     raise UsageError(f"search.arxiv_api.stop_words must be one of {STOP_WORDS}, got {kind!r}")
