@@ -36,6 +36,7 @@ TRAIN_QUERIES=${TRAIN_QUERIES:-8}
 EVAL_QUERIES=${EVAL_QUERIES:-20}
 QUERIES_PER_STEP=${QUERIES_PER_STEP:-$TRAIN_QUERIES}   # default: the whole pool every step
 EVAL_EVERY=${EVAL_EVERY:-0}
+TRAIN_OFFSET=${TRAIN_OFFSET:-300}   # CRAWLER=default: 0 with TRAIN_QUERIES=1000 = the adapter's 900 training queries
 SETTING=${SETTING:-date_filtered}
 SEARCH=${SEARCH:-bm25}
 SEARCH_K=${SEARCH_K:-10}
@@ -67,7 +68,7 @@ mkdir -p "$OUT"
 
 COMMON=(papers=shared_corpus search="$SEARCH" ppo=cpu_smollm2 ppo.policy_model="$POLICY"
   selector_llm.model="$SELECTOR_MODEL"
-  queries.train.path=$DEV queries.train.offset=300 queries.train.limit="$TRAIN_QUERIES"
+  queries.train.path=$DEV queries.train.offset="$TRAIN_OFFSET" queries.train.limit="$TRAIN_QUERIES"
   queries.train.exclude_qids_file="$EXCLUDE_TRAIN"
   queries.eval.path=$DEV queries.eval.offset=0 queries.eval.limit="$EVAL_QUERIES"
   queries.eval.exclude_qids_file="$EXCLUDE_EVAL"
