@@ -302,6 +302,38 @@ class GRPO(GroupEstimator):
 ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (PaperMC(), GAE(), GRPO(), RLOO())}
 
 
+def group_stats(samples: Sequence["SessionSample"], targets: Sequence[SessionTargets]) -> dict[str, float]:
+    """Is there a signal for the group baseline? (issue 36: logged every step under grpo / rloo.) Per query, its
+    crawls' returns R (``session_return`` holds the crawl's R) and gold hits. ``group/return_std``: mean over groups
+    of the std of R; ``group/flat_share``: share of groups whose crawls all returned the same R (every token's
+    advantage 0: nothing to learn from that query this step); ``group/gold_differs_share``: share of groups whose
+    crawls found different numbers of gold papers; per crawl, its searches and gold hits."""
+    crawl_ret: dict[int, float] = {}
+    crawl_gold: dict[int, int] = {}
+    crawl_search: dict[int, int] = {}
+    group: dict[int, str] = {}
+    for s, t in zip(samples, targets):
+        if s.crawl is None:
+            return {}
+        crawl_ret[s.crawl] = t.session_return
+        crawl_gold[s.crawl] = crawl_gold.get(s.crawl, 0) + sum(a.gold_hits for a in s.steps)
+        crawl_search[s.crawl] = crawl_search.get(s.crawl, 0) + sum(a.kind == "search" for a in s.steps)
+        group[s.crawl] = s.record.qid
+    by_query: dict[str, list[int]] = {}
+    for c, q in group.items():
+        by_query.setdefault(q, []).append(c)
+    if not by_query:
+        return {}
+    stds = [float(np.std([crawl_ret[c] for c in cs])) for cs in by_query.values()]
+    return {
+        "group/return_std": float(np.mean(stds)),
+        "group/flat_share": float(np.mean([sd < 1e-9 for sd in stds])),
+        "group/gold_differs_share": float(np.mean([len({crawl_gold[c] for c in cs}) > 1 for cs in by_query.values()])),
+        "group/searches_per_crawl": float(np.mean(list(crawl_search.values()))),
+        "group/gold_hits_per_crawl": float(np.mean(list(crawl_gold.values()))),
+    }
+
+
 def session_targets(sample: "SessionSample", logp_old: np.ndarray, logp_ref: np.ndarray, values_old: np.ndarray,
                     cfg: "PPOConfig") -> SessionTargets:
     """One session's targets under ``cfg.estimator`` (``paper_mc`` or ``gae``: a group estimator needs the batch)."""

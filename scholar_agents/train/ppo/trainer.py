@@ -57,7 +57,7 @@ from scholar_agents.train.ppo.checkpoint import (
     save_checkpoint,
 )
 from scholar_agents.train.ppo.deepspeed_config import zero3_init, zero_stage
-from scholar_agents.train.ppo.estimators import ESTIMATORS, SessionTargets
+from scholar_agents.train.ppo.estimators import ESTIMATORS, SessionTargets, group_stats
 from scholar_agents.train.ppo.heldout import evaluate_heldout
 from scholar_agents.train.ppo.inputs import PPOInputs, build_ppo_inputs
 from scholar_agents.train.ppo.losses import explained_variance, masked_mean, policy_loss, total_loss, value_loss
@@ -384,6 +384,7 @@ class PPOTrainer:
             mu, sd = allv.mean(), allv.std() + 1e-8
             for t in targets:
                 t.advantages = (t.advantages - mu) / sd
+        group = {} if self.estimator.uses_value else group_stats(samples, targets)  # the crawls' R, their spread
         vm = [t.value_mask.astype(bool) for t in targets]
         rets = np.concatenate([t.returns[m] for t, m in zip(targets, vm)]) if targets else np.zeros(0)
         vals = np.concatenate([v[m] for v, m in zip(values, vm)]) if targets else np.zeros(0)
@@ -401,6 +402,7 @@ class PPOTrainer:
             if len(rets) > 1 else float("nan"),
             "rollout/child_states_valued": n_children,
             "timing_s/returns": time.perf_counter() - t0,
+            **group,
         }
         batch = {"logp_old": logp_old, "values_old": values, "logp_ref": logp_ref}
         return targets, batch, m

@@ -8,7 +8,7 @@ import pytest
 from scholar_agents.pasa.trajectory import SessionRecord
 from scholar_agents.train.ppo import config as ppo_config
 from scholar_agents.train.ppo.config import PPOConfig
-from scholar_agents.train.ppo.estimators import ESTIMATORS, grpo_advantages, rloo_advantages
+from scholar_agents.train.ppo.estimators import ESTIMATORS, SessionTargets, grpo_advantages, rloo_advantages
 from scholar_agents.train.ppo.rollout import ActionStep, SessionSample
 
 
@@ -113,3 +113,28 @@ def test_kl_to_ref_is_k3_and_adds_beta_times_its_token_mean_to_the_policy_loss()
     assert (with_kl - base).item() == pytest.approx(0.1 * (np.e - 2.0) / 2)
     with_kl.backward()  # d/dlogp of β·mean(e^d − d − 1) = β·(1 − e^d)/2: pulls logp toward the reference
     torch.testing.assert_close(logp.grad, torch.tensor([[0.0, 0.1 * (1 - np.e) / 2]]))
+
+
+def test_group_stats_measure_the_spread_a_group_baseline_learns_from():
+    """Query q: crawl 0 (two sessions: a search hitting 1 gold, then an expand hitting 2) vs crawl 1 (one search,
+    no gold): returns differ. Query r: crawls 2 and 3 return the same: a flat group, advantage 0 everywhere."""
+    from scholar_agents.train.ppo.estimators import group_stats
+
+    def sample(qid, crawl, kinds_gold, ret):
+        s = _sample(qid, crawl, 2 * len(kinds_gold), [0.0] * len(kinds_gold))
+        for step, (kind, gold) in zip(s.steps, kinds_gold):
+            step.kind, step.gold_hits = kind, gold
+        return s, ret
+
+    pairs = [sample("q", 0, [("search", 1)], 3.0), sample("q", 0, [("expand", 2)], 3.0),
+             sample("q", 1, [("search", 0), ("stop", 0)], -0.1), sample("r", 2, [("search", 0)], 0.5),
+             sample("r", 3, [("search", 0)], 0.5)]
+    samples = [s for s, _ in pairs]
+    targets = [SessionTargets(np.zeros(1), np.zeros(1), np.zeros(1), r, 0.0, 0.0) for _, r in pairs]
+    m = group_stats(samples, targets)
+    assert m["group/return_std"] == pytest.approx((np.std([3.0, -0.1]) + 0.0) / 2)
+    assert m["group/flat_share"] == 0.5 and m["group/gold_differs_share"] == 0.5
+    assert m["group/searches_per_crawl"] == pytest.approx(1.0)  # 1 + 1 + 1 + 1 over 4 crawls
+    assert m["group/gold_hits_per_crawl"] == pytest.approx(3 / 4)
+    samples[0].crawl = None  # sessions without crawls (paper_mc's sampling): nothing to report
+    assert group_stats(samples, targets) == {}
