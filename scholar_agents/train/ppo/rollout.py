@@ -8,7 +8,9 @@ are NOT crawled to the end of the queue: the cross-session bootstrap of Eq. 3 st
 
 The critic-free estimators (``ppo.estimator=grpo|rloo``) have no V̂ to bootstrap from, so they sample WHOLE crawls
 instead (:func:`collect_crawls`): ``group_size`` crawls of each query, each run to the end of the environment's
-budgets as ``pasa search`` crawls (``pasa.crawler.crawl``), every record tagged with its crawl.
+budgets as ``pasa search`` crawls (``pasa.crawler.crawl``), every record tagged with its crawl. The group shares
+its prompts' prefill: a round whose prompts every member has (round 0: the S_q sessions) is one call with
+``n = group_size`` samples per prompt.
 
 Each session becomes a :class:`SessionSample`: its prompt and response token ids and its *steps* — the actions
 a_t of Eq. 3, each owning a contiguous run of response tokens (the tokens before/after the parsed actions, EOS
