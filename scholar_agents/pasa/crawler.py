@@ -100,17 +100,19 @@ class Crawler:
         return SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_p=c.top_p,
                               seed=c.seed + run, logprobs=c.logprobs, **REPETITION_OFF)
 
-    def generate(self, sessions: Sequence[Session], run: int = 0) -> list[Generation]:
-        """One batched generation for all sessions. A prompt the backend rejects (e.g. longer than the model's
-        context) gets an empty "error" completion — counted in ``failed_prompts`` — instead of failing the batch."""
+    def generate(self, sessions: Sequence[Session], run: int = 0, n: int = 1) -> list[Generation]:
+        """One batched generation for all sessions, ``n`` samples of each (vLLM's ``n``, HF's
+        ``num_return_sequences``: the prompt is sent once). A prompt the backend rejects (e.g. longer than the model's
+        context) gets empty "error" completions — counted in ``failed_prompts`` — instead of failing the batch."""
         t0 = time.perf_counter()
-        params = self.sampling(run)
+        params = replace(self.sampling(run), n=n)
         todo = list(range(len(sessions)))
         gens: list[Optional[Generation]] = [None] * len(sessions)
         if self.cfg.search == "user_query":  # the environment's own search: no tokens, nothing to train
             for i in [i for i in todo if sessions[i].start_state == S_Q]:
                 text = render_response(SEARCH, [sessions[i].state.query.question])
-                gens[i] = Generation(prompt_text="", prompt_token_ids=[], completions=[Completion(text, [], None, "stop")])
+                gens[i] = Generation(prompt_text="", prompt_token_ids=[],
+                                     completions=[Completion(text, [], None, "stop") for _ in range(n)])
             todo = [i for i in todo if gens[i] is None]
         if todo:
             batch = [sessions[i] for i in todo]
@@ -122,6 +124,25 @@ class Crawler:
         self.timing["gen"] += time.perf_counter() - t0
         self.calls += 1
         return gens  # type: ignore[return-value]
+
+    def generate_shared(self, members: Sequence[Sequence[Session]], run: int = 0) -> list[list[Generation]]:
+        """The sessions of ``G = len(members)`` group members whose prompts coincide position by position (every
+        member's S_q sessions of the same queries), generated in ONE call with ``n = G`` samples per prompt: the
+        prompt is prefilled once, and sample g goes to member g. Sample g is drawn with seed ``seed + run + g`` on
+        vLLM (a request with ``n`` seeds its g-th sample so) and from the call's one stream on hf: G distinct
+        samples, the same for a fixed seed. The constrained path shares too (hf masks each returned row with its
+        own grammar matcher; vLLM fans ``n`` out into requests with a grammar each). Returns each member's
+        generations, in its sessions' order."""
+        if not members:
+            return []
+        first = members[0]
+        for m in members[1:]:
+            if len(m) != len(first) or any(a.prompt != b.prompt or a.start_state != b.start_state
+                                           for a, b in zip(m, first)):
+                raise ValueError("generate_shared needs the same prompts, in the same order, for every member")
+        gens = self.generate(first, run=run, n=len(members))
+        return [[Generation(g.prompt_text, g.prompt_token_ids, [g.completions[k]]) for g in gens]
+                for k in range(len(members))]
 
     def constraint(self, session: Session) -> OutputConstraint:
         """The session's action grammar: searches for S_q, the paper's own section names for S_q+p."""
@@ -156,7 +177,7 @@ class Crawler:
                     self.failed_prompts += 1
                     log.warning("crawler prompt rejected: %s", e)
                     gens.append(Generation(prompt_text="", prompt_token_ids=[],
-                                           completions=[Completion("", [], None, "error")]))
+                                           completions=[Completion("", [], None, "error") for _ in range(params.n)]))
         return gens
 
 

@@ -125,9 +125,13 @@ def inputs_from_config(cfg: DictConfig, cluster: ClusterConfig | None = None) ->
     from scholar_agents.train.ppo.config import CRITIC_FREE  # upward: the estimator names PPOConfig validates
 
     estimator = str(_get(ppo, "estimator", "paper_mc"))
+    per_call = batch_sessions
     if estimator in CRITIC_FREE:
-        rounds = [batch_sessions]  # whole crawls (rollout.collect_crawls): each call takes up to batch_sessions
-    sequences = min(max(rounds), batch_sessions, max_num_seqs)
+        # whole crawls (rollout.collect_crawls): each call takes up to batch_sessions, and a round the group's
+        # members share (round 0: their S_q sessions) is one call with group_size samples of each prompt
+        per_call = batch_sessions * int(_get(ppo, "group_size", 4))
+        rounds = [per_call]
+    sequences = min(max(rounds), per_call, max_num_seqs)
     response = _get(ppo, "max_new_tokens", None) or _get(cfg.crawler.get("policy") if "crawler" in cfg else None,
                                                           "max_new_tokens", 512)
     sleep = bool(_get(ppo, "rollout_sleep", False)) or bool(_get(llm, "enable_sleep_mode", False))

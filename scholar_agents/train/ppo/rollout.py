@@ -8,7 +8,9 @@ are NOT crawled to the end of the queue: the cross-session bootstrap of Eq. 3 st
 
 The critic-free estimators (``ppo.estimator=grpo|rloo``) have no V̂ to bootstrap from, so they sample WHOLE crawls
 instead (:func:`collect_crawls`): ``group_size`` crawls of each query, each run to the end of the environment's
-budgets as ``pasa search`` crawls (``pasa.crawler.crawl``), every record tagged with its crawl.
+budgets as ``pasa search`` crawls (``pasa.crawler.crawl``), every record tagged with its crawl. The group shares
+its prompts' prefill: a round whose prompts every member has (round 0: the S_q sessions) is one call with
+``n = group_size`` samples per prompt.
 
 Each session becomes a :class:`SessionSample`: its prompt and response token ids and its *steps* — the actions
 a_t of Eq. 3, each owning a contiguous run of response tokens (the tokens before/after the parsed actions, EOS
@@ -131,20 +133,34 @@ def collect_sessions(env: CrawlEnv, crawler: Crawler, queries: Sequence[ScholarQ
     return records, dict(stats)
 
 
-# Seeds of one group member's generate calls: member g, round k samples with crawler seed + g * _MEMBER_RUNS + k,
-# far apart because the hf backend seeds its b-th batch with seed + b (neighbouring seeds would share streams)
+# Seeds (crawler seed + run): a round whose prompts every member shares is ONE call with n = G samples per prompt
+# (run = rnd * G; vLLM seeds its g-th sample run + g); any other round is one call per member g, run =
+# (g + 1) * _MEMBER_RUNS + rnd, a block of its own per member, far from the shared calls' block 0, because the hf
+# backend seeds its b-th batch with seed + b (neighbouring seeds would share streams)
 _MEMBER_RUNS = 1000
 
 
+def _same_prompts(member_sessions: Sequence[Sequence[Session]]) -> bool:
+    first = member_sessions[0]
+    return all(len(m) == len(first) and all(a.prompt == b.prompt and a.start_state == b.start_state
+                                            for a, b in zip(m, first)) for m in member_sessions[1:])
+
+
 def collect_crawls(env: CrawlEnv, crawler: Crawler, queries: Sequence[ScholarQuery], group_size: int,
-                   batch_sessions: int | None = None) -> tuple[list[SessionRecord], list[int], dict[str, float]]:
+                   batch_sessions: int | None = None, share_prefill: bool = True,
+                   ) -> tuple[list[SessionRecord], list[int], dict[str, float]]:
     """``group_size`` whole crawls of every query (the groups of GRPO / RLOO: Shao et al. 2024, Ahmadian et al.
     2024), each to its end — queue exhausted or a budget spent (``CrawlEnv.done``), as ``pasa.crawler.crawl`` does.
     Crawl ``g * len(queries) + i`` is member g of query i (``env.reset(queries, run=g)``: session ids
-    ``<qid>#<g>/<n>``). Every round generates each member's ready sessions (up to ``batch_sessions`` per call,
-    default ``crawler.cfg.batch_sessions``) in a call of its own with its own seed: a vLLM request's seed fixes its
-    sample, so members batched under one seed would repeat one crawl. Returns the records (generation order), the
-    crawl index of each record, and counters."""
+    ``<qid>#<g>/<n>``). Each round takes every member's ready sessions (up to ``batch_sessions`` per member,
+    default ``crawler.cfg.batch_sessions``). Round 0 — every member's S_q sessions of the same queries, the same
+    prompts — is ONE call with ``n = group_size`` samples per prompt (``Crawler.generate_shared``: the prompt is
+    prefilled once, sample g goes to member g); so is any later round whose prompts all members still share (more
+    queries than ``batch_sessions``). A round whose prompts differ between members is one call per member with a
+    seed of its own: a vLLM request's seed fixes its sample, so members batched under one seed would repeat one
+    crawl. ``share_prefill=False``: every round per member (the baseline of ``bench/group_rollout.py``). Returns
+    the records (generation order: member 0's, then member 1's, ... in every round), the crawl index of each
+    record, and counters."""
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     n = crawler.cfg.batch_sessions if batch_sessions is None else batch_sessions
@@ -154,19 +170,24 @@ def collect_crawls(env: CrawlEnv, crawler: Crawler, queries: Sequence[ScholarQue
     crawls: list[int] = []
     stats = Counter()
     for rnd in itertools.count():
-        progressed = False
-        for g, states in enumerate(members):
-            sessions = env.next_sessions(states, n)
+        ready = [env.next_sessions(states, n) for states in members]  # members' states are independent
+        if not any(ready):
+            break
+        if share_prefill and group_size > 1 and _same_prompts(ready):
+            gens = crawler.generate_shared(ready, run=rnd * group_size)
+            stats["rounds_shared"] += 1
+        else:
+            gens = [crawler.generate(sessions, run=(g + 1) * _MEMBER_RUNS + rnd) if sessions else []
+                    for g, sessions in enumerate(ready)]
+        for sessions, member_gens in zip(ready, gens):
             if not sessions:
                 continue
-            progressed = True
-            new = env.step(sessions, crawler.generate(sessions, run=g * _MEMBER_RUNS + rnd))
+            new = env.step(sessions, member_gens)
             records += new
             crawls += [crawl_of[id(s.state)] for s in sessions]
             stats["sessions_round0"] += sum(r.start_state == S_Q for r in new)
-        if not progressed:
-            break
         stats["rounds"] = rnd + 1
+    stats["rounds_shared"] += 0
     stats["crawls"] = len(crawl_of)
     stats["crawls_stopped_by_budget"] = sum(st.traj.stopped_by is not None for states in members for st in states)
     return records, crawls, dict(stats)

@@ -10,6 +10,7 @@ import pytest
 from scholar_agents.llm import LLM, Completion, Generation, SamplingParams
 from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
 from scholar_agents.pasa.crawler import Crawler, CrawlerConfig
+from scholar_agents.pasa.queries import ScholarQuery
 from scholar_agents.pasa.selector import Selector
 from scholar_agents.train.ppo.config import PPOConfig
 from scholar_agents.train.ppo.rewards import RewardConfig
@@ -51,7 +52,9 @@ class ScriptedPolicy(LLM):
         for p in prompts:
             text = self.texts["expand" if "Sections:" in p[0]["content"] else "search"]
             ids = self._tok.encode(text, add_special_tokens=False) + [self._tok.eos_token_id]
-            out.append(Generation("p", self.prompt_token_ids(p), [Completion(text, ids, [-1.0] * len(ids), "stop")]))
+            n = 1 if params is None else params.n
+            out.append(Generation("p", self.prompt_token_ids(p),
+                                  [Completion(text, ids, [-1.0] * len(ids), "stop") for _ in range(n)]))
         return out
 
     def next_token_probs(self, prompts, candidates):
@@ -212,3 +215,64 @@ def test_collect_crawls_runs_each_group_member_to_the_end_of_its_crawl(toy, max_
     assert stats["sessions_round0"] == 3 and (max_sessions is None or len(want) == max_sessions)
     assert stats["crawls_stopped_by_budget"] == (0 if max_sessions is None else 3)
     assert len(set(policy.seeds)) == len(policy.seeds)  # no two generate calls share a seed
+
+
+GROUP_QUERIES = [QUERY, ScholarQuery("q2", "message passing neural networks", before="2019-01-01")]
+
+
+def _group_rollout(world, llm, group_size, share_prefill=True, max_sessions=1, **policy):
+    store, search = world
+    env = CrawlEnv(store, search, CrawlConfig(search_k=3, max_sessions=max_sessions), tokenizer=llm.tokenizer)
+    crawler = Crawler(llm, CrawlerConfig(**{"max_new_tokens": 12, "temperature": 1.0, **policy}))
+    records, crawls, stats = collect_crawls(env, crawler, GROUP_QUERIES, group_size, share_prefill=share_prefill)
+    return crawler, records, crawls, stats
+
+
+def test_a_group_prefills_its_shared_search_prompt_once(toy, tiny_llm):
+    """Round 0 of collect_crawls: every member's S_q session of a query has the same prompt, so the G members go
+    out in ONE generate call with n = G samples per prompt (the tiny model, sampling), sample g to member g: G
+    distinct member sessions of each query, records and crawl tags as per-member calls make them (crawl
+    g·len(queries) + i, session ids <qid>#<g>/0), the same samples again for the same seed."""
+    g_size, tok = 4, tiny_llm.tokenizer
+    crawler, records, crawls, stats = _group_rollout(toy, tiny_llm, g_size, logprobs=True)
+    assert crawler.calls == 1 and stats["rounds_shared"] == stats["rounds"] == 1
+    baseline, base_records, base_crawls, base_stats = _group_rollout(toy, tiny_llm, g_size,
+                                                                     share_prefill=False, logprobs=True)
+    assert baseline.calls == g_size and base_stats["rounds_shared"] == 0  # one call per member
+    for recs, tags in ((records, crawls), (base_records, base_crawls)):
+        assert tags == list(range(g_size * len(GROUP_QUERIES)))  # member 0's queries, then member 1's, ...
+        assert [r.session_id for r in recs] == [f"{q.qid}#{g}/0" for g in range(g_size) for q in GROUP_QUERIES]
+    for i, q in enumerate(GROUP_QUERIES):
+        group = [r for r, c in zip(records, crawls) if c % len(GROUP_QUERIES) == i]
+        assert len(group) == g_size and {r.qid for r in group} == {q.qid}
+        assert len({tuple(r.response_token_ids) for r in group}) == g_size  # each member its own sample
+        assert len({tuple(r.prompt_token_ids) for r in group}) == 1  # ... of the one shared prompt
+        for r in group:
+            assert r.prompt_token_ids == tiny_llm.prompt_token_ids(r.prompt)
+            assert tok.decode(r.response_token_ids, skip_special_tokens=True) == r.response_text
+            assert len(r.response_logprobs) == len(r.response_token_ids) and all(lp <= 0 for lp in r.response_logprobs)
+    _, again, _, _ = _group_rollout(toy, tiny_llm, g_size, logprobs=True)
+    assert [r.response_token_ids for r in again] == [r.response_token_ids for r in records]  # seeded
+
+
+def test_shared_rounds_then_per_member_rounds_under_the_action_grammar(toy, tiny_llm):
+    """Whole crawls under the constrained decoder (the environment writes the S_q search, the tiny model expands
+    under each paper's section grammar): the rounds whose prompts every member shares (0: the search; 1: the same
+    search results) are one call each with n = G, the later ones, where the members' crawls differ, one call per
+    member; every sample parses, and each crawl is whole and tagged with its member and query."""
+    g_size = 3
+    kw = dict(max_sessions=4, max_new_tokens=24, constrained=True, search="user_query", max_actions_per_session=1)
+    crawler, records, crawls, stats = _group_rollout(toy, tiny_llm, g_size, **kw)
+    baseline, base_records, base_crawls, _ = _group_rollout(toy, tiny_llm, g_size, share_prefill=False,
+                                                            **kw)
+    assert 1 <= stats["rounds_shared"] < stats["rounds"]
+    assert crawler.calls < baseline.calls
+    for recs, tags in ((records, crawls), (base_records, base_crawls)):
+        assert sorted(set(tags)) == list(range(g_size * len(GROUP_QUERIES)))
+        for r, c in zip(recs, tags):
+            assert r.session_id.startswith(f"{GROUP_QUERIES[c % len(GROUP_QUERIES)].qid}#{c // len(GROUP_QUERIES)}/")
+            assert r.actions and not r.grammar_errors and r.finish_reason == "stop"
+        for c in set(tags):
+            mine = [r for r, t in zip(recs, tags) if t == c]
+            assert mine[0].start_state == "S_q" and all(r.start_state == "S_q+p" for r in mine[1:])
+    assert stats["sessions_round0"] == g_size * len(GROUP_QUERIES)
