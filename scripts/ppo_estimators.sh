@@ -15,6 +15,12 @@
 # A run that exists resumes from its newest checkpoint (ppo.resume=true); a finished one is left as it is. Then
 # scripts/ppo_estimator_table.py writes $OUT/estimators.md and $OUT/estimators.png from the runs' metrics.
 # ESTIMATORS= a subset / another order (default: grpo rloo paper_mc gae); STEPS= policy steps (default 30).
+# PARTS="train heldout" (default: train): heldout judges BEST= (an estimator's run; default: the one whose last
+# held-out figure is highest) beside its start, exported once (`train export`): scripts/crawler_phrasings.sh on the
+# adapter's 100 held-out queries in the original phrasing and the five request forms, both settings, with BM25 /
+# dense / hybrid search-only rows where a dense index exists (SHIP=0: the shipped adapter's card is not touched), and
+# `eval pasa` on the 33 requests rewritten by hand (assets/researcher_requests), both settings; paired intervals in
+# each report. Resumable like the rest (eval pasa's resume_dir).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-outputs/ppo_estimators}
@@ -24,8 +30,10 @@ GROUP=${GROUP:-4}
 GROUP_QUERIES=${GROUP_QUERIES:-2}
 EVAL_EVERY=${EVAL_EVERY:-10}
 SEARCH=${SEARCH:-bm25}
+PARTS=${PARTS:-train}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
-for est in $ESTIMATORS; do
+to_train=$ESTIMATORS; [[ " $PARTS " == *" train "* ]] || to_train=""
+for est in $to_train; do
   case "$est" in
     grpo|rloo) extra="ppo.estimator=$est ppo.group_size=$GROUP"; per_step=$GROUP_QUERIES ;;
     paper_mc|gae) extra="ppo.estimator=$est ppo.expand_sessions=[2,2]"; per_step=$((GROUP * GROUP_QUERIES)) ;;
@@ -46,3 +54,31 @@ PY
     bash scripts/ppo_learning.sh
 done
 python scripts/ppo_estimator_table.py "$OUT" --estimators $ESTIMATORS
+
+if [[ " $PARTS " == *" heldout "* ]]; then
+  BEST=${BEST:-$(python - "$OUT" $ESTIMATORS <<'PY'
+import json, sys
+from pathlib import Path
+out, names = Path(sys.argv[1]), sys.argv[2:]
+def last(name):
+    m = out / name / "main" / "metrics.json"
+    if not m.exists():
+        return -1.0
+    d = json.loads(m.read_text())
+    return (d.get("eval") or {}).get("crawler_recall") or -1.0
+print(max(names, key=last))
+PY
+)}
+  RUN="$OUT/$BEST/main"
+  [ -f "$OUT/$BEST/export/config.json" ] || scholar train export export.source="$RUN" export.output_dir="$OUT/$BEST/export"
+  PPO_ROW="{name: agent_ppo, method: agent, crawler_model: '$OUT/$BEST/export', constrained: true, fallback_search: true, use_selector: false, label: 'After PPO ($BEST)'}"
+  EXTRA_ROWS="$PPO_ROW" SHIP=0 OUT="$OUT/heldout" bash scripts/crawler_phrasings.sh
+  BY_HAND=scholar_agents/assets/researcher_requests/heldout_by_hand.jsonl
+  START="{name: agent, method: agent, fallback_search: true, use_selector: false, label: 'Start: the shipped adapter'}"
+  for setting in date_filtered whole_corpus; do
+    scholar eval pasa papers=shared_corpus queries.path="$BY_HAND" search="$SEARCH" setting="$setting" \
+      crawler.env.max_actions=5 crawler.env.max_sessions=4 crawler.env.search_k=20 chunk_queries=10 \
+      resume_dir="$OUT/heldout/by_hand_$setting" \
+      "rows=[{name: search_only, method: search, label: 'Search-only ($SEARCH)'},$START,$PPO_ROW]"
+  done
+fi
