@@ -1,0 +1,36 @@
+"""scripts/ppo_estimator_table.py (issue 36 item 5): the comparison table from the runs' own files — budget per step,
+the training signal, held-out recall by step and the paired difference against the start on the same queries."""
+
+import json
+import subprocess
+import sys
+
+from tests.paths import REPO
+
+
+def _run(root, name, gold, evals):
+    run = root / name / "main"
+    run.mkdir(parents=True)
+    rows = [{"step": i + 1, "rollout/sessions": 8.0, "rollout/response_tokens": 20.0, "rollout/search_sessions": 8.0,
+             "timing_s/step": 100.0, "reward/gold_hits": g, "rollout/search_per_session": 1.0,
+             "group/flat_share": 0.25, "group/return_std": 0.5, "actor/kl_to_sft": 0.01} for i, g in enumerate(gold)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for tag, recalls in evals.items():
+        (run / f"eval_{tag}.jsonl").write_text("".join(
+            json.dumps({"qid": f"q{i}", "crawler_recall": r}) + "\n" for i, r in enumerate(recalls)))
+
+
+def test_the_table_pairs_the_last_held_out_figure_with_the_start(tmp_path):
+    _run(tmp_path, "grpo", [0.1] * 5 + [0.9] * 5, {"start": [0.0, 0.5, 1.0, 0.5], "step000010": [0.5, 0.5, 1.0, 1.0]})
+    _run(tmp_path, "rloo", [0.2] * 3, {"start": [0.0, 0.5, 1.0, 0.5]})
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "ppo_estimator_table.py"), str(tmp_path),
+                          "--estimators", "grpo", "rloo", "gae"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    table = (tmp_path / "estimators.md").read_text()
+    grpo = next(line for line in table.splitlines() if line.startswith("| `grpo`"))
+    assert "| 10 |" in grpo and "0.10 → 0.90" in grpo and "160" in grpo  # steps, gold first → last 5, 8 x 20 tokens
+    assert "0: 0.500, 10: 0.750" in grpo and "+0.250" in grpo and "4 queries, step 10" in grpo
+    rloo = next(line for line in table.splitlines() if line.startswith("| `rloo`"))
+    assert rloo.rstrip().endswith("| — |")  # only the start evaluation: nothing to pair yet
+    assert "`gae`" not in table  # not run yet
+    assert (tmp_path / "estimators.png").stat().st_size > 0
