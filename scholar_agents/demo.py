@@ -206,8 +206,12 @@ def _ppo_note(out: Path) -> str:
                 "gain on real data: 32 steps from the shipped Crawler left its held-out crawler recall where it was "
                 "(BM25 and hybrid search), with the embedded Selector's reward (which accepts every paper, so Eq. 2 "
                 "pays for any paper and PPO learns to search more) and without it (docs/ppo.md, \"Real data, long "
-                "enough to tell\"), so the demo does not take them; `stage_specs.ppo` takes policy steps when "
-                "ppo.policy_freeze_steps < ppo.total_steps. Training curves: ppo/training_curves.png.")
+                "enough to tell\"). The critic-free estimators (ppo.estimator=grpo|rloo, whole crawls with a group "
+                "baseline; issue 36) are proven on the known-answer tasks and are being compared with paper_mc and "
+                "gae on real queries at an equal rollout budget (docs/ppo.md, \"Real queries: the four estimators\"); "
+                "none has shown a held-out gain yet, so the demo does not take policy steps with any of them. "
+                "`stage_specs.ppo` takes policy steps when ppo.policy_freeze_steps < ppo.total_steps. Training "
+                "curves: ppo/training_curves.png.")
     return (f"PPO stage: {steps - freeze} policy update steps after {freeze} value warm-up steps ({ret}). "
             "Training curves: ppo/training_curves.png.")
 
