@@ -302,13 +302,18 @@ class GRPO(GroupEstimator):
 ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (PaperMC(), GAE(), GRPO(), RLOO())}
 
 
-def group_stats(samples: Sequence["SessionSample"], targets: Sequence[SessionTargets]) -> dict[str, float]:
+def group_stats(samples: Sequence["SessionSample"], targets: Sequence[SessionTargets],
+                beta: float = 0.0) -> dict[str, float]:
     """Is there a signal for the group baseline? (issue 36: logged every step under grpo / rloo.) Per query, its
     crawls' returns R (``session_return`` holds the crawl's R) and gold hits. ``group/return_std``: mean over groups
     of the std of R; ``group/flat_share``: share of groups whose crawls all returned the same R (every token's
     advantage 0: nothing to learn from that query this step); ``group/gold_differs_share``: share of groups whose
-    crawls found different numbers of gold papers; per crawl, its searches and gold hits."""
+    crawls found different numbers of gold papers; per crawl, its searches and gold hits. ``group/reward_std`` and
+    ``group/kl_std``: the within-group spreads of R's two parts, Σ Eq. 1 rewards and β · Σ token KL to π_sft — when
+    the second is the larger, the KL decides which crawl of a group is reinforced more than the reward does."""
     crawl_ret: dict[int, float] = {}
+    crawl_rew: dict[int, float] = {}
+    crawl_kl: dict[int, float] = {}
     crawl_gold: dict[int, int] = {}
     crawl_search: dict[int, int] = {}
     group: dict[int, str] = {}
@@ -316,6 +321,8 @@ def group_stats(samples: Sequence["SessionSample"], targets: Sequence[SessionTar
         if s.crawl is None:
             return {}
         crawl_ret[s.crawl] = t.session_return
+        crawl_rew[s.crawl] = crawl_rew.get(s.crawl, 0.0) + s.reward
+        crawl_kl[s.crawl] = crawl_kl.get(s.crawl, 0.0) + beta * t.kl
         crawl_gold[s.crawl] = crawl_gold.get(s.crawl, 0) + sum(a.gold_hits for a in s.steps)
         crawl_search[s.crawl] = crawl_search.get(s.crawl, 0) + sum(a.kind == "search" for a in s.steps)
         group[s.crawl] = s.record.qid
@@ -324,9 +331,14 @@ def group_stats(samples: Sequence["SessionSample"], targets: Sequence[SessionTar
         by_query.setdefault(q, []).append(c)
     if not by_query:
         return {}
+    def spread(part: dict[int, float]) -> float:
+        return float(np.mean([np.std([part[c] for c in cs]) for cs in by_query.values()]))
+
     stds = [float(np.std([crawl_ret[c] for c in cs])) for cs in by_query.values()]
     return {
         "group/return_std": float(np.mean(stds)),
+        "group/reward_std": spread(crawl_rew),
+        "group/kl_std": spread(crawl_kl),
         "group/flat_share": float(np.mean([sd < 1e-9 for sd in stds])),
         "group/gold_differs_share": float(np.mean([len({crawl_gold[c] for c in cs}) > 1 for cs in by_query.values()])),
         "group/searches_per_crawl": float(np.mean(list(crawl_search.values()))),

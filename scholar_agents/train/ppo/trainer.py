@@ -384,7 +384,7 @@ class PPOTrainer:
             mu, sd = allv.mean(), allv.std() + 1e-8
             for t in targets:
                 t.advantages = (t.advantages - mu) / sd
-        group = {} if self.estimator.uses_value else group_stats(samples, targets)  # the crawls' R, their spread
+        group = {} if self.estimator.uses_value else group_stats(samples, targets, self.pcfg.beta)  # the crawls' R, their spread
         vm = [t.value_mask.astype(bool) for t in targets]
         rets = np.concatenate([t.returns[m] for t, m in zip(targets, vm)]) if targets else np.zeros(0)
         vals = np.concatenate([v[m] for v, m in zip(values, vm)]) if targets else np.zeros(0)

@@ -130,8 +130,13 @@ def test_group_stats_measure_the_spread_a_group_baseline_learns_from():
              sample("q", 1, [("search", 0), ("stop", 0)], -0.1), sample("r", 2, [("search", 0)], 0.5),
              sample("r", 3, [("search", 0)], 0.5)]
     samples = [s for s, _ in pairs]
-    targets = [SessionTargets(np.zeros(1), np.zeros(1), np.zeros(1), r, 0.0, 0.0) for _, r in pairs]
-    m = group_stats(samples, targets)
+    for s, r in zip(samples, [1.0, 2.0, -0.1, 0.5, 0.5]):
+        s.steps[0].reward = r  # Σ Eq. 1 per crawl: q 3.0 vs -0.1, r 0.5 vs 0.5
+    kls = [1.0, 1.0, 0.0, 3.0, 1.0]  # Σ token KL per crawl: q 2 vs 0, r 3 vs 1
+    targets = [SessionTargets(np.zeros(1), np.zeros(1), np.zeros(1), r, k, 0.0) for (_, r), k in zip(pairs, kls)]
+    m = group_stats(samples, targets, beta=0.5)
+    assert m["group/reward_std"] == pytest.approx((1.55 + 0.0) / 2)
+    assert m["group/kl_std"] == pytest.approx((0.5 + 0.5) / 2)  # β·KL: q 1.0 vs 0, r 1.5 vs 0.5
     assert m["group/return_std"] == pytest.approx((np.std([3.0, -0.1]) + 0.0) / 2)
     assert m["group/flat_share"] == 0.5 and m["group/gold_differs_share"] == 0.5
     assert m["group/searches_per_crawl"] == pytest.approx(1.0)  # 1 + 1 + 1 + 1 over 4 crawls
