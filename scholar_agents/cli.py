@@ -38,6 +38,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("plan", "crawler_ppo"): ("scholar_agents.plan.commands:plan", "plan", "per-GPU memory plan of `train crawler_ppo` with the same overrides (cluster=<name>); exits 1 naming the fix if it does not fit"),
     ("plan", "selector_sft"): ("scholar_agents.plan.commands:plan_sft", "plan_selector_sft", "per-GPU memory plan of `train selector_sft` with the same overrides (cluster=<name>); exits 1 naming the fix"),
     ("plan", "crawler_sft"): ("scholar_agents.plan.commands:plan_sft", "plan_crawler_sft", "per-GPU memory plan of `train crawler_sft` with the same overrides (cluster=<name>); exits 1 naming the fix"),
+    ("llm", "serve"): ("scholar_agents.llm.serve:serve", "llm_serve", "an OpenAI-compatible vLLM server for a model dir (train export's output), the same command on the CUDA and CPU installs"),
     ("demo", "run"): ("scholar_agents.demo:run", "demo", "the main job end to end on the embedded defaults"),
 }
 

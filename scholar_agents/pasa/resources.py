@@ -49,7 +49,7 @@ def plan_engine_devices(visible: Sequence[str], crawler: Mapping, selector: Opti
         raise ValueError(
             f"the Crawler's vLLM engine needs {n_crawler} GPU(s) and the Selector's {n_selector}, but "
             f"{len(visible)} are visible (CUDA_VISIBLE_DEVICES={','.join(visible)}); two engines on one GPU each "
-            f"claim gpu_memory_utilization of it. Serve the Selector elsewhere (`vllm serve <selector dir>` then "
+            f"claim gpu_memory_utilization of it. Serve the Selector elsewhere (`scholar llm serve model=<selector dir>` then "
             f"llm@selector_llm=openai_server selector_llm.base_url=http://<host>:8000/v1), give the job more GPUs, "
             f"or let one engine serve both (selector_llm equal to llm: the same preset and model)")
     return {"crawler": list(visible[:n_crawler]), "selector": list(visible[n_crawler:n_crawler + n_selector])}

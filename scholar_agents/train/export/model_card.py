@@ -104,7 +104,7 @@ def model_card(cfg: ExportConfig, name: str, src: Source, records: dict, info: d
               f"- exported: {info['exported_at']}",
               f"- record files: {', '.join(f'`{p}`' for p in records['files'].values()) or 'none'}", ""]
 
-    lines += ["## Usage", "", "```bash", f"vllm serve <this dir> --served-model-name {name}",
+    lines += ["## Usage", "", "```bash", f"vllm serve <this dir> --served-model-name {name}   # CUDA install; on either: scholar llm serve model=<this dir> served_model_name={name}",
               f"scholar pasa search llm=openai_server llm.model=<this dir> llm.served_model_name={name} ...",
               "```", "",
               "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
