@@ -11,6 +11,19 @@ from scholar_agents.papers.ids import norm_id
 PaperInfo = Callable[[list[str]], dict[str, dict]]
 
 
+def end_reason(traj: dict) -> str:
+    """Why the crawl ended, in words that agree with its counters (issue 39 item 3): a budget spent; else every
+    queued paper was visited or could not be (no sections in this store: ``sessions_skipped``, which the page's
+    last "papers to visit" count still held); else the queue ran out."""
+    if traj.get("stopped_by"):
+        return f"stopped by {traj['stopped_by']} (a per-query budget was spent)"
+    skipped = int(traj.get("sessions_skipped") or 0)
+    if skipped:
+        return (f"nothing left to expand: {skipped} queued paper{'s' if skipped != 1 else ''} "
+                f"{'have' if skipped != 1 else 'has'} no sections in this store")
+    return "queue exhausted: every queued paper was expanded"
+
+
 def build_tree(traj: dict, paper_info: Optional[PaperInfo] = None, gold: Iterable[str] = ()) -> dict:
     """The tree of one crawl (one ensemble run): nested dict nodes ``{kind: query|search|expand|paper, label,
     children, ...}``; paper nodes carry ``gold``; a session's grammar errors sit on the node it started from
@@ -48,7 +61,7 @@ def build_tree(traj: dict, paper_info: Optional[PaperInfo] = None, gold: Iterabl
             node["children"].append(child)
 
     root = {"kind": "query", "label": traj.get("user_query", ""), "qid": traj.get("qid"), "before": traj.get("before"),
-            "run": traj.get("run", 0), "stopped_by": traj.get("stopped_by"), "children": [],
+            "run": traj.get("run", 0), "stopped_by": traj.get("stopped_by"), "end": end_reason(traj), "children": [],
             "queue": len(queued), "sessions": len(sessions),
             "grammar_error_counts": traj.get("grammar_errors") or {}}
     for s in sessions:

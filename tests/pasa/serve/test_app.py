@@ -236,7 +236,31 @@ def test_the_tree_of_a_crawl_with_expansion_gold_errors_and_its_budget(toy):
     assert concl["status"] == "unknown_section" and concl["children"] == []
     assert a["grammar_errors"] and "grammar_errors" not in tree  # the expand session's error sits on A
     assert tree["stopped_by"] == "max_sessions" and tree["gold_found"] == 2 and tree["gold_missed"] == []
+    assert tree["end"].startswith("stopped by max_sessions")
     assert tree_stats(tree) == {"query": 1, "search": 1, "paper": 3, "expand": 2, "gold": 2}
+
+
+def test_the_end_line_agrees_with_the_counters_when_queued_papers_have_no_sections(toy):
+    """Issue 39 item 3: the page said "queue exhausted" beside "papers to visit: 20" — the papers still queued had
+    no sections, so no session could visit them. The end line now says that, with the count the crawl skipped."""
+    from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
+    from scholar_agents.pasa.serve.tree import build_tree, end_reason
+
+    store, search = toy
+    env = CrawlEnv(store, search, CrawlConfig(search_k=1, max_sessions=10))
+    [state] = env.reset([QUERY])
+    env.step(env.next_sessions([state], 1), [gen("[Search] molecule property prediction graph [Stop]")])
+    [sess] = env.next_sessions([state], 1)
+    env.step([sess], [gen("[Expand] introduction [Stop]")])  # queues B (with sections) and C (none)
+    assert len(state.pending) == 2  # what the last live "papers to visit" showed
+    [b] = env.next_sessions([state], 4)  # C is skipped here, with no session and no event
+    assert b.paper.paper_id == "B"
+    env.step([b], [gen("[Stop]")])
+    assert env.done(state)
+    traj = env.finish(state).to_dict()
+    assert traj["stopped_by"] is None and traj["sessions_skipped"] == 1
+    assert build_tree(traj)["end"] == end_reason(traj) == "nothing left to expand: 1 queued paper has no sections in this store"
+    assert end_reason({"stopped_by": None, "sessions_skipped": 0}).startswith("queue exhausted")
 
 
 @pytest.mark.vllm

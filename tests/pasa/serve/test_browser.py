@@ -55,7 +55,9 @@ def drive_page(driver, url: str, query: str, before: str, run_path: str, rows: t
     t_final = time.perf_counter() - t0
     assert "papers crawled" in find(By.ID, "status").text, find(By.ID, "status").text
     progress = find(By.ID, "progress").text
-    assert "papers in queue" in progress and "budget left" in progress
+    # the end replaces the live counters with the crawl's final state and why it ended (issue 39 item 3)
+    assert "papers in queue" in progress and "papers to visit: 0" in progress and "ended:" in progress, progress
+    assert any(w in find(By.ID, "status").text for w in ("stopped by", "nothing left to expand", "queue exhausted"))
     rows_seen = driver.find_elements(By.CSS_SELECTOR, "#results tr.paper-row")
     assert rows_seen and rows_seen[0].find_element(By.TAG_NAME, "a").get_attribute("href").startswith(
         "https://arxiv.org/abs/")

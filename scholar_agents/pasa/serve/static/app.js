@@ -106,8 +106,12 @@ function onEvent(ev) {
 }
 
 function showResult(r) {
-  $("status").textContent = `${r.papers.length} papers crawled, ${r.selected} selected in ${r.seconds} s` +
-    (r.stopped_by.some((s) => s) ? ` · stopped by ${r.stopped_by.filter((s) => s).join(", ")}` : "");
+  const ends = [...new Set(r.trees.map((t) => t.end))];
+  $("status").textContent = `${r.papers.length} papers crawled, ${r.selected} selected in ${r.seconds} s · ${ends.join("; ")}`;
+  // the live counters stop at the last session; the end replaces them with the crawl's final state
+  const last = r.trees.reduce((a, t) => ({ queue: a.queue + t.queue, sessions: a.sessions + t.sessions }), { queue: 0, sessions: 0 });
+  $("progress").replaceChildren(...[["papers in queue", last.queue], ["sessions", last.sessions], ["papers to visit", 0],
+    ["ended", ends.join("; ")], ["time", `${r.seconds} s`]].map(([k, v]) => el("span", { class: "stat" }, `${k}: `, el("b", {}, v))));
   $("note").textContent = r.note || "";
   const t = $("results");
   t.replaceChildren(el("tr", {}, ...["#", 'P("True")', "selected", "date", "paper", ""].map((h) => el("th", {}, h))));
@@ -132,7 +136,7 @@ function showResult(r) {
 function renderTree(root) {
   const gold = root.gold_total ? ` · gold found ${root.gold_found}/${root.gold_total}` : "";
   const head = el("div", { class: "meta" }, `run ${root.run} · ${root.queue} papers · ${root.sessions} sessions` +
-    (root.stopped_by ? ` · stopped by ${root.stopped_by}` : " · queue exhausted") + gold);
+    ` · ${root.end}` + gold);
   const wrap = el("div", { class: "tree-root" }, el("div", {}, el("b", {}, root.label)), head);
   if (root.grammar_errors) wrap.append(el("div", { class: "bad" }, `grammar errors: ${root.grammar_errors.join(", ")}`));
   wrap.append(renderChildren(root.children));
