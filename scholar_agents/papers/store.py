@@ -338,6 +338,11 @@ class PaperStore:
             "resolved_references": q("SELECT COUNT(*) FROM refs WHERE ref_id IS NOT NULL"),
         }
 
+    def date_range(self) -> tuple[str | None, str | None]:
+        """The oldest and the newest dated paper's date (None, None for a store with no dated paper)."""
+        first, last = self._conn.execute("SELECT MIN(date), MAX(date) FROM papers WHERE date != ''").fetchone()
+        return first, last
+
     def get_meta(self, key: str) -> str | None:
         with self._lock:
             row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()

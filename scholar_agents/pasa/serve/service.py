@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Callable, Optional
 
 from omegaconf import DictConfig
@@ -29,6 +30,49 @@ def budget_left(cfg, state) -> dict:
     used = {"max_actions": state.moves, "max_queue": len(state.in_queue), "max_sessions": state.sessions_started,
             "max_gen_tokens": state.traj.gen_tokens}
     return {k: (None if getattr(cfg, k) is None else max(getattr(cfg, k) - v, 0)) for k, v in used.items()}
+
+
+# Below this share of papers with sections, [Expand] rarely has anything to read: the page says so once.
+FEW_SECTIONS = 0.01
+BIGGER = ("a bigger corpus: `scholar papers build papers=shared_corpus` (or your own papers=<name>), then "
+          "`scholar pasa serve papers=shared_corpus`; live arXiv: `search=arxiv_api expand=ar5iv` (needs the network)")
+
+
+def _model_fact(model: str) -> dict:
+    from scholar_agents.llm.factory import resolve_model_path
+    from scholar_agents.llm.model_files import human_count, parameter_count
+
+    try:
+        path = resolve_model_path(model)
+    except ValueError:
+        path = model
+    n = parameter_count(path) if Path(path).is_dir() else None
+    return {"name": model.split("/")[-1] if not model.startswith("embedded:") else model, "params": n,
+            "size": human_count(n)}
+
+
+def corpus_facts(cfg: DictConfig) -> dict:
+    """The facts of :meth:`SearchService.corpus` (a store that is not built yet is said to be so)."""
+    from scholar_agents.papers.store import PaperStore
+
+    papers = cfg.papers
+    facts: dict = {"name": str(papers.get("name") or "?"), "store": str(papers.store), "built": False,
+                   "search": str(cfg.search.kind), "expand": str(cfg.expand.kind) if cfg.get("expand") else "store",
+                   "crawler": _model_fact(str(cfg.llm.model)),
+                   "selector": _model_fact(str((cfg.get("selector_llm") or cfg.llm).model)), "bigger": BIGGER}
+    if Path(str(papers.store)).is_file():
+        with PaperStore(str(papers.store), readonly=True) as store:
+            st = store.stats()
+            first, last = store.date_range()
+        facts.update(built=True, papers=st["papers"], with_sections=st["with_sections"], first_date=first,
+                     last_date=last)
+        share = st["with_sections"] / max(st["papers"], 1)
+        if facts["expand"] == "store" and share < FEW_SECTIONS:
+            facts["expand_note"] = (
+                f"only {st['with_sections']:,} of these {st['papers']:,} papers have sections, so [Expand] almost never "
+                f"finds anything to read: the crawl is mostly its searches" if st["with_sections"] else
+                "no paper in this corpus has sections: [Expand] cannot happen, the crawl is its searches")
+    return facts
 
 
 class SearchService:
@@ -78,6 +122,14 @@ class SearchService:
                 "budgets": {k: env.get(k) for k in ("max_actions", "max_queue", "max_sessions", "max_gen_tokens")},
                 "max_depth": env.max_depth, "date_filter": bool(env.date_filter),
                 "loaded": self._agent is not None, "load_seconds": self.load_seconds, "load_error": self.load_error}
+
+    def corpus(self) -> dict:
+        """What the page searches (issue 39 item 1), from the facts `scholar papers build` reports: the store's name,
+        paper count, date range and papers with sections, the search kind, each model with its size, and whether
+        [Expand] can happen at all. Read once (the store opened read-only, the models' safetensors headers)."""
+        if getattr(self, "_corpus", None) is None:
+            self._corpus = corpus_facts(self.cfg)
+        return self._corpus
 
     def paper_info(self, ids: list[str]) -> dict[str, dict]:
         if self._res is None:

@@ -87,6 +87,37 @@ def test_a_search_streams_its_crawl_and_ends_in_the_ranked_list(app_client):
     assert bad.status_code == 400 and "not in the results" in bad.json()["error"]
 
 
+def test_the_page_says_what_it_searches(app_client):
+    """Issue 39 item 1: the store's name, size, date range and papers with sections, the search, each model with its
+    size (read from its safetensors), how to use a bigger corpus or live arXiv, and a note when [Expand] can
+    (almost) never happen — the same facts `scholar papers build` reports, from the real store."""
+    from scholar_agents.llm.model_files import parameter_count
+    from scholar_agents.papers.store import PaperStore
+
+    client, service = app_client
+    c = client.get("/api/setting").json()["corpus"]
+    with PaperStore(service.cfg.papers.store, readonly=True) as store:
+        st, (first, last) = store.stats(), store.date_range()
+    assert c["built"] and c["papers"] == st["papers"] and c["with_sections"] == st["with_sections"]
+    assert (c["first_date"], c["last_date"]) == (first, last) and first <= last
+    assert c["search"] == str(service.cfg.search.kind) and "papers=" in c["bigger"] and "arxiv_api" in c["bigger"]
+    assert c["crawler"]["params"] == parameter_count(service.cfg.llm.model) and c["crawler"]["size"].endswith("K")
+    if st["with_sections"] / st["papers"] < 0.01:
+        assert "[Expand]" in c["expand_note"]
+
+
+def test_parameter_count_reads_safetensors_headers(tiny_model_dir):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from scholar_agents.llm.model_files import human_count, parameter_count
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), torch_dtype=torch.float32)
+    saved = {id(p) for p in model.parameters()}  # tied weights are saved once
+    assert parameter_count(tiny_model_dir) == sum(p.numel() for p in model.parameters() if id(p) in saved)
+    assert human_count(135_000_000) == "135M" and human_count(7_615_616_512) == "7.6B" and human_count(None)
+
+
 def test_the_queue_bound_positions_and_a_cancel_frees_its_slot(app_client):
     client, service = app_client
     service.agent()  # loaded: the worker then blocks only on the model lock the test holds

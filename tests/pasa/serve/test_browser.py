@@ -32,6 +32,9 @@ def drive_page(driver, url: str, query: str, before: str, run_path: str, rows: t
     find = driver.find_element
     driver.get(url + "/")
     _wait(driver, lambda d: "loaded in" in find(By.ID, "setting").text, 60, "the setting line")
+    corpus = find(By.ID, "corpus").text  # issue 39 item 1: what the page searches, and how to search more
+    assert corpus.startswith("Searching corpus") and " papers from " in corpus and "with sections" in corpus, corpus
+    assert "papers=" in corpus and "arxiv_api" in corpus
     # a bad date: one line in the page, nothing queued
     find(By.ID, "query").send_keys(query)
     find(By.ID, "before").send_keys("2023-02-30")

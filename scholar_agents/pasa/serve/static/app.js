@@ -37,8 +37,19 @@ for (const b of document.querySelectorAll(".tab")) {
 }
 
 // ---- setting ----
+let corpusFacts = null, expandNoteShown = false;
+
+function corpusLine(c) {
+  const model = (m) => `${m.name.replace("embedded:", "")} (${m.size})`;
+  const papers = c.built ? `${c.papers.toLocaleString()} papers` + (c.first_date ? ` from ${c.first_date.slice(0, 7)} to ${c.last_date.slice(0, 7)}` : "") +
+    `, ${c.with_sections.toLocaleString()} with sections` : "not built yet (scholar papers build)";
+  return `Searching corpus "${c.name}": ${papers} · search ${c.search} · expand ${c.expand} · ` +
+    `Crawler ${model(c.crawler)} · Selector ${model(c.selector)}. For ${c.bigger}.`;
+}
+
 function loadSetting() {
   api("/api/setting").then((s) => {
+    if (s.corpus) { corpusFacts = s.corpus; $("corpus").textContent = corpusLine(s.corpus); }
     const b = s.budgets || {};
     $("setting").textContent = `search=${s.search} · expand=${s.expand} · crawler ${s.crawler.split("/").pop()} · ` +
       `selector ${s.selector.split("/").pop()} · budgets: ${b.max_sessions} sessions, ${b.max_actions} actions, ` +
@@ -112,7 +123,10 @@ function showResult(r) {
   const last = r.trees.reduce((a, t) => ({ queue: a.queue + t.queue, sessions: a.sessions + t.sessions }), { queue: 0, sessions: 0 });
   $("progress").replaceChildren(...[["papers in queue", last.queue], ["sessions", last.sessions], ["papers to visit", 0],
     ["ended", ends.join("; ")], ["time", `${r.seconds} s`]].map(([k, v]) => el("span", { class: "stat" }, `${k}: `, el("b", {}, v))));
-  $("note").textContent = r.note || "";
+  // a corpus where [Expand] (almost) cannot happen: said once per page, with the first result
+  const expandNote = corpusFacts && corpusFacts.expand_note && !expandNoteShown ? corpusFacts.expand_note : "";
+  if (expandNote) expandNoteShown = true;
+  $("note").textContent = [expandNote, r.note].filter((x) => x).join(" · ");
   const t = $("results");
   t.replaceChildren(el("tr", {}, ...["#", 'P("True")', "selected", "date", "paper", ""].map((h) => el("th", {}, h))));
   r.papers.forEach((p, i) => {
