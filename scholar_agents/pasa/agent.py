@@ -14,6 +14,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional, Sequence
 
+import numpy as np
+
 from scholar_agents.pasa.crawl_env import CrawlEnv
 from scholar_agents.pasa.crawler import Crawler, crawl
 from scholar_agents.pasa.queries import ScholarQuery
@@ -31,6 +33,9 @@ class AgentConfig:
     use_selector: bool = True
     rationales: bool = False  # generate the Selector's rationale for the selected papers (slow: a generation each)
     rationale_limit: int = 20  # at most this many rationales per query (the top-ranked selected papers)
+    # With an event hook (the live page): the Selector scores in micro-batches sized to take about this long, with
+    # an event between them, so a cancel waits at most about one of them (issue 39: <= 2 s). Without a hook, one call.
+    event_batch_s: float = 1.0
 
 
 @dataclass
@@ -129,6 +134,12 @@ def _sum_counts(dicts) -> dict[str, int]:
     return out
 
 
+def _next_batch(size_cap: int, seconds: float, n: int, target_s: float) -> int:
+    """The next micro-batch size: as many pairs as took ``target_s`` at the last batch's pace, within [1, cap]."""
+    per_pair = seconds / max(n, 1)
+    return max(1, min(size_cap, int(target_s / max(per_pair, 1e-6))))
+
+
 def merge_queues(trajectories: Sequence[QueryTrajectory]) -> dict[str, tuple[int, list[int]]]:
     """The union of one query's paper queues over ensemble runs (PaSa-7b-ensemble), in crawl order (run 0's queue
     first, then what later runs added): paper id -> (smallest depth, the runs whose queue held it)."""
@@ -153,6 +164,22 @@ class PaSaAgent:
         if self.cfg.use_selector and selector is None:
             raise ValueError("use_selector=true needs a Selector")
 
+    def _score_in_timed_batches(self, pairs: list, on_event: Callable[[str, dict], None]) -> np.ndarray:
+        """The Selector's scores in micro-batches of about ``cfg.event_batch_s`` each (the first of 2 pairs sets the
+        pace), a ``select_progress`` event before each and one at the end: the live page's cancel lands between
+        them. The same pairs as one call, scored in smaller batches."""
+        cap = max(int(getattr(self.selector, "batch_size", 32) or 32), 1)
+        parts, start, size = [], 0, min(2, cap)
+        while start < len(pairs):
+            on_event("select_progress", {"done": start, "of": len(pairs)})
+            chunk = pairs[start:start + size]
+            t = time.perf_counter()
+            parts.append(np.asarray(self.selector.score(chunk), dtype=np.float64))
+            size = _next_batch(cap, time.perf_counter() - t, len(chunk), self.cfg.event_batch_s)
+            start += len(chunk)
+        on_event("select_progress", {"done": len(pairs), "of": len(pairs)})
+        return np.concatenate(parts) if parts else np.zeros(0)
+
     def run(self, queries: Sequence[ScholarQuery], progress: bool = True,
             on_event: Optional[Callable[[str, dict], None]] = None) -> list[AgentResult]:
         """Crawl, select, rank. ``on_event(kind, data)`` (``pasa serve``'s live view) gets ``("step", {run,
@@ -172,12 +199,15 @@ class PaSaAgent:
         papers = self.env.store.get_many([p for m in merged for p in m], with_sections=False)
 
         if on_event is not None:
-            on_event("select", {"papers": sum(len(m) for m in merged)})
+            on_event("select", {"papers": sum(len(m) for m in merged), "merged": merged})
         t1 = time.perf_counter()
         scores: list[list[Optional[float]]] = [[None] * len(m) for m in merged]
         if self.cfg.use_selector:
             pairs = [SelectorPair.of(q.question, papers[pid], qid=q.qid) for q, m in zip(queries, merged) for pid in m]
-            flat = self.selector.score(pairs, show_progress=progress) if pairs else []
+            if on_event is None:
+                flat = self.selector.score(pairs, show_progress=progress) if pairs else []
+            else:
+                flat = self._score_in_timed_batches(pairs, on_event)
             i = 0
             for qi, m in enumerate(merged):
                 scores[qi] = [float(s) for s in flat[i:i + len(m)]]

@@ -85,7 +85,8 @@ def create_app(cfg, service, token: Optional[str] = None) -> FastAPI:
     @app.get("/api/setting")
     async def setting():
         return {**service.setting(), "max_query_chars": int(scfg.max_query_chars), "runs_root": str(runs_root),
-                "max_queue": queue.max_queue, "corpus": service.corpus()}
+                "max_queue": queue.max_queue, "corpus": service.corpus(),
+                "replace_running": bool(scfg.get("replace_running", True))}
 
     @app.get("/api/status")
     async def status():

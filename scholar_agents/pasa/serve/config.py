@@ -16,6 +16,8 @@ class ServeConfig:
     # Searches waiting behind the running one (one model in memory: searches run one at a time); beyond it a
     # submit is refused with one line (HTTP 429).
     max_queue: int = 4
+    # a new search from a page cancels the one that page is running (false: both run, the second queued behind)
+    replace_running: bool = True
     max_query_chars: int = 1000  # a longer query is refused (PaSa's AutoScholarQuery questions are < 400)
     # The environment variable holding the access token; required when host is not a loopback address. The token
     # itself is never in the config, the logs or the page's HTML.

@@ -25,7 +25,10 @@ class QueueFull(Exception):
 
 
 class Cancelled(Exception):
-    """Raised inside a running search (from its event callback) when the page cancelled it."""
+    """Raised inside a running search (from its event callback) when the page cancelled it. ``partial``: what the
+    search had when it stopped (set by the service), shown as the cancelled search's result."""
+
+    partial: Optional[dict] = None
 
 
 @dataclass
@@ -161,15 +164,16 @@ class SearchQueue:
             state, error = DONE, None
             try:
                 job.result = self._run(job, self._emit(job))
-            except Cancelled:
+            except Cancelled as c:
                 state = CANCELLED
+                job.result = c.partial
             except Exception as e:  # noqa: BLE001 — a failed crawl is shown in the page; the server lives on
                 log.exception("search %s failed", job.id)
                 state, error = FAILED, f"{type(e).__name__}: {e}".splitlines()[0][:500]
             with self._cond:
                 if state == DONE and job.cancel_requested.is_set():
                     state = CANCELLED
-                if state == DONE:
+                if state == DONE or (state == CANCELLED and job.result is not None):
                     job.events.append(("result", job.result))
                 self._finish(job, state, error)
                 self._running = None

@@ -13,7 +13,7 @@ from typing import Callable, Optional
 from omegaconf import DictConfig
 
 from scholar_agents.pasa.queries import ScholarQuery, load_pasa_queries
-from scholar_agents.pasa.serve.jobs import Job
+from scholar_agents.pasa.serve.jobs import Cancelled, Job
 from scholar_agents.papers.ids import norm_id
 from scholar_agents.pasa.serve.tree import build_tree
 
@@ -131,6 +131,19 @@ class SearchService:
             self._corpus = corpus_facts(self.cfg)
         return self._corpus
 
+    def partial_result(self, crawled: dict[int, list[str]], job: Job, seconds: float) -> dict:
+        """The papers a cancelled search had crawled (the union of its runs' queues, in crawl order), unscored."""
+        order = list(dict.fromkeys(pid for r in sorted(crawled) for pid in crawled[r]))
+        info = self.paper_info(order)
+        gold = {norm_id(g) for g in self.gold_for(question=job.query)}
+        papers = [{"paper_id": pid, "title": info.get(pid, {}).get("title", pid), "date": info.get(pid, {}).get("date"),
+                   "score": None, "selected": False, "depth": None, "runs": [], "rationale": None,
+                   "gold": norm_id(pid) in gold}
+                  for pid in order]
+        return {"papers": papers, "cancelled": True, "selected": 0, "seconds": round(seconds, 2), "trees": [],
+                "stopped_by": [], "note": f"cancelled: the {len(papers)} papers crawled before the cancel, in crawl "
+                                          f"order, not judged by the Selector"}
+
     def paper_info(self, ids: list[str]) -> dict[str, dict]:
         if self._res is None:
             return {}
@@ -153,8 +166,11 @@ class SearchService:
             t0 = time.perf_counter()
             env_cfg = agent.env.cfg
 
+            crawled: dict[int, list[str]] = {}  # run -> its queue in crawl order, as far as it got
+
             def on_event(kind: str, data: dict) -> None:
                 if kind == "step":
+                    crawled[data["run"]] = [e.paper_id for e in data["states"][0].traj.queue]
                     [state] = data["states"]
                     for rec in data["records"]:
                         emit("session", {"session": rec.session_id, "start": rec.start_state,
@@ -166,9 +182,15 @@ class SearchService:
                                       "seconds": round(time.perf_counter() - t0, 2)})
                 elif kind == "select":
                     emit("selecting", {"papers": data["papers"]})
+                elif kind == "select_progress":
+                    emit("select_progress", data)
 
             query = ScholarQuery(job.id, job.query, before=job.before)
-            [result] = agent.run([query], progress=False, on_event=on_event)
+            try:
+                [result] = agent.run([query], progress=False, on_event=on_event)
+            except Cancelled as c:  # what was crawled stays on the page, in crawl order, marked cancelled
+                c.partial = self.partial_result(crawled, job, time.perf_counter() - t0)
+                raise
             gold = self.gold_for(question=job.query)
             gold_set = {norm_id(g) for g in gold}
             papers = [{**asdict(p), "gold": norm_id(p.paper_id) in gold_set} for p in result.papers]

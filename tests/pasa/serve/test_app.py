@@ -118,6 +118,44 @@ def test_parameter_count_reads_safetensors_headers(tiny_model_dir):
     assert human_count(135_000_000) == "135M" and human_count(7_615_616_512) == "7.6B" and human_count(None)
 
 
+@pytest.mark.parametrize("phase", ["session", "select_progress"])
+def test_a_cancel_stops_at_the_next_event_and_keeps_what_was_crawled(app_client, phase):
+    """Issue 39 item 2: a cancel takes effect at the search's next event — between crawl steps, and in the Selector
+    phase between micro-batches (the Selector scores one batch per `select_progress` event) — and the papers
+    crawled before it stay as the cancelled search's result, in crawl order, unjudged. The cancel is pressed from
+    inside the stream at the named event (the real service and queue), so the phase is exact, not a race."""
+    from scholar_agents.pasa.serve.jobs import CANCELLED, SearchQueue
+
+    _, service = app_client
+    holder = {}
+
+    def run(job, emit):
+        def cancelling_emit(kind, data):
+            emit(kind, data)
+            if kind == phase:
+                holder["queue"].cancel(job.id)  # the page's Cancel, at this moment
+        return service.run(job, cancelling_emit)
+
+    queue = holder["queue"] = SearchQueue(run, max_queue=1)
+    try:
+        job = queue.submit("graph neural networks for molecules", "2023-01-01")
+        events, finished = [], False
+        while not finished:
+            new, finished = queue.wait_events(job, len(events), timeout=120)
+            events += new
+        kinds = [k for k, _ in events]
+        assert job.state == CANCELLED and kinds[-2:] == ["result", "cancelled"], kinds
+        assert kinds.index(phase) == len(kinds) - 3  # nothing ran after the cancelled phase's event
+        partial = events[-2][1]
+        assert partial["cancelled"] and partial["selected"] == 0 and all(p["score"] is None for p in partial["papers"])
+        ids = [p["paper_id"] for p in partial["papers"]]
+        assert ids and len(ids) == len(set(ids))
+        if phase == "select_progress":  # the whole crawl was done: its queue, in crawl order
+            assert len(ids) == next(d["papers"] for k, d in events if k == "selecting")
+    finally:
+        queue.close()
+
+
 def test_the_queue_bound_positions_and_a_cancel_frees_its_slot(app_client):
     client, service = app_client
     service.agent()  # loaded: the worker then blocks only on the model lock the test holds

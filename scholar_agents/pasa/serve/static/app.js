@@ -37,7 +37,7 @@ for (const b of document.querySelectorAll(".tab")) {
 }
 
 // ---- setting ----
-let corpusFacts = null, expandNoteShown = false;
+let corpusFacts = null, expandNoteShown = false, replaceRunning = true;
 
 function corpusLine(c) {
   const model = (m) => `${m.name.replace("embedded:", "")} (${m.size})`;
@@ -50,6 +50,7 @@ function corpusLine(c) {
 function loadSetting() {
   api("/api/setting").then((s) => {
     if (s.corpus) { corpusFacts = s.corpus; $("corpus").textContent = corpusLine(s.corpus); }
+    replaceRunning = s.replace_running !== false;
     const b = s.budgets || {};
     $("setting").textContent = `search=${s.search} · expand=${s.expand} · crawler ${s.crawler.split("/").pop()} · ` +
       `selector ${s.selector.split("/").pop()} · budgets: ${b.max_sessions} sessions, ${b.max_actions} actions, ` +
@@ -65,7 +66,10 @@ $("search-form").onsubmit = (ev) => {
   showError(null);
   const body = { query: $("query").value };
   if ($("before").value.trim()) body.before = $("before").value.trim();
-  api("/api/search", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) })
+  // a new search replaces the one this page is running (serve.replace_running=false keeps both going)
+  const replaced = current && !current.finished && replaceRunning ?
+    api(`/api/search/${current.id}/cancel`, { method: "POST" }).catch(() => null) : Promise.resolve();
+  replaced.then(() => api("/api/search", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) }))
     .then((r) => follow(r.id)).catch(showError);
 };
 $("cancel").onclick = () => { if (current) api(`/api/search/${current.id}/cancel`, { method: "POST" }).catch(showError); };
@@ -108,21 +112,29 @@ function onEvent(ev) {
       break;
     }
     case "selecting": st.textContent = `the Selector reads ${d.papers} papers…`; break;
+    case "select_progress": st.textContent = `the Selector has read ${d.done} of ${d.of} papers…`; break;
     case "result": showResult(d); break;
     case "done": case "failed": case "cancelled":
       current.finished = true; current.source.close(); $("cancel").hidden = true;
-      if (ev.kind !== "done") { st.textContent = ev.kind === "failed" ? `failed: ${d.error}` : "cancelled"; st.className = `status ${ev.kind}`; }
+      if (ev.kind !== "done") {
+        st.textContent = ev.kind === "failed" ? `failed: ${d.error}` :
+          `cancelled${current.partial ? `: the ${current.partial} papers crawled before the cancel, in crawl order` : ""}`;
+        st.className = `status ${ev.kind}`;
+      }
       break;
   }
 }
 
 function showResult(r) {
+  if (r.cancelled) current.partial = r.papers.length;
   const ends = [...new Set(r.trees.map((t) => t.end))];
   $("status").textContent = `${r.papers.length} papers crawled, ${r.selected} selected in ${r.seconds} s · ${ends.join("; ")}`;
   // the live counters stop at the last session; the end replaces them with the crawl's final state
-  const last = r.trees.reduce((a, t) => ({ queue: a.queue + t.queue, sessions: a.sessions + t.sessions }), { queue: 0, sessions: 0 });
-  $("progress").replaceChildren(...[["papers in queue", last.queue], ["sessions", last.sessions], ["papers to visit", 0],
-    ["ended", ends.join("; ")], ["time", `${r.seconds} s`]].map(([k, v]) => el("span", { class: "stat" }, `${k}: `, el("b", {}, v))));
+  if (!r.cancelled) {
+    const last = r.trees.reduce((a, t) => ({ queue: a.queue + t.queue, sessions: a.sessions + t.sessions }), { queue: 0, sessions: 0 });
+    $("progress").replaceChildren(...[["papers in queue", last.queue], ["sessions", last.sessions], ["papers to visit", 0],
+      ["ended", ends.join("; ")], ["time", `${r.seconds} s`]].map(([k, v]) => el("span", { class: "stat" }, `${k}: `, el("b", {}, v))));
+  }
   // a corpus where [Expand] (almost) cannot happen: said once per page, with the first result
   const expandNote = corpusFacts && corpusFacts.expand_note && !expandNoteShown ? corpusFacts.expand_note : "";
   if (expandNote) expandNoteShown = true;
@@ -130,9 +142,9 @@ function showResult(r) {
   const t = $("results");
   t.replaceChildren(el("tr", {}, ...["#", 'P("True")', "selected", "date", "paper", ""].map((h) => el("th", {}, h))));
   r.papers.forEach((p, i) => {
-    const why = el("button", { type: "button", class: "why" }, "why?");
+    const why = r.cancelled ? el("span", {}, "") : el("button", { type: "button", class: "why" }, "why?");
     const row = el("tr", { class: "paper-row" }, el("td", { class: "num" }, i + 1), el("td", { class: "num" }, fmt(p.score)),
-      el("td", { class: p.selected ? "" : "no" }, p.selected ? "yes" : "no"), el("td", {}, p.date || "–"),
+      el("td", { class: p.selected ? "" : "no" }, r.cancelled ? "cancelled" : p.selected ? "yes" : "no"), el("td", {}, p.date || "–"),
       el("td", {}, p.gold ? el("span", { class: "gold", title: "a gold paper of this query" }, "★ ") : "", paperLink(p.paper_id, p.title)), el("td", {}, why));
     why.onclick = () => {
       why.disabled = true; why.textContent = "…";
