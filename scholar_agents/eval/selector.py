@@ -24,7 +24,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from scholar_agents.eval.metrics import binary_metrics, reliability_curve, roc_auc
-from scholar_agents.pasa.selector import Selector, SelectorPair
+from scholar_agents.pasa.selector import SelectorPair, build_selector, selector_kind
 from scholar_agents.validation import jsonl_records
 
 log = logging.getLogger(__name__)
@@ -177,20 +177,24 @@ def selector(cfg: DictConfig) -> dict:
     with reading("data.path", path):
         pairs = load_labelled_pairs(path, cfg.data.format, limit)
     labels = np.array([p.label for p in pairs], dtype=bool)
-    llm = build_llm(cfg.llm)
+    cross = selector_kind(cfg.selector) == "cross_encoder"  # no LLM: the encoder in selector.model scores
+    llm = None if cross else build_llm(cfg.llm)
     try:
-        sel = Selector.from_config(llm, cfg.selector)
+        sel = build_selector(cfg.selector, lambda: llm)
         t0 = time.perf_counter()
         probs = sel.probs(pairs, show_progress=True)
         seconds = time.perf_counter() - t0
     finally:
-        llm.close()
+        if llm is not None:
+            llm.close()
     scores = sel.scores_from_probs(probs)
-    name = cfg.name or str(cfg.llm.model)
+    model = str(cfg.selector.model) if cross else str(cfg.llm.model)
+    backend = "cross_encoder" if cross else str(cfg.llm.backend)
+    name = cfg.name or model
     metrics = evaluate_scores(labels, scores, sel.threshold, n_bins=cfg.n_bins)
     raw_baselines, baselines, baseline_labels = _baselines(cfg, pairs, labels)
     meta = {
-        "name": name, "data": str(cfg.data.path), "model": str(cfg.llm.model), "backend": str(cfg.llm.backend),
+        "name": name, "data": str(cfg.data.path), "model": model, "backend": backend,
         "normalize": sel.normalize, "max_abstract_chars": sel.max_abstract_chars,
         "decision_mass_mean": float(probs.sum(axis=1).mean()),
         "score_seconds": seconds, "pairs_per_second": len(pairs) / max(seconds, 1e-9),

@@ -208,11 +208,11 @@ class Resources:
         return self._llm_from(self.cfg.llm, model, role="crawler", adapter=adapter)
 
     def selector(self):
-        from scholar_agents.pasa.selector import Selector
+        from scholar_agents.pasa.selector import build_selector
 
-        if self._selector is None:
+        if self._selector is None:  # selector.kind=cross_encoder builds no LLM
             node = self.cfg.get("selector_llm") or self.cfg.llm
-            self._selector = Selector.from_config(self._llm_from(node, role="selector"), self.cfg.selector)
+            self._selector = build_selector(self.cfg.selector, lambda: self._llm_from(node, role="selector"))
         return self._selector
 
     def plan_devices(self, crawler_model: Optional[str] = None, use_selector: bool = True) -> dict:
@@ -221,7 +221,9 @@ class Resources:
         selector_node = self.cfg.get("selector_llm") or self.cfg.llm
         crawler = self._llm_config(self.cfg.llm, crawler_model, self.crawler_adapter(crawler_model))
         self._devices = plan_engine_devices(visible_gpus(), crawler,
-                                            self._llm_config(selector_node) if use_selector else None)
+                                            self._llm_config(selector_node)
+                                            if use_selector and self.cfg.selector.get("kind", "llm") == "llm"
+                                            else None)
         if self._devices["selector"] is not None:
             log.info("vLLM engines on their own GPUs: Crawler %s, Selector %s", self._devices["crawler"],
                      self._devices["selector"])

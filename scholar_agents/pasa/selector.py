@@ -34,7 +34,14 @@ DECISIONS = (SELECTOR_TRUE, SELECTOR_FALSE)
 class SelectorConfig:
     """How the Selector decides. Presets: ``conf/selector/*.yaml``."""
 
-    threshold: float = 0.5  # PaSa §4.3: select when P("True") >= 0.5
+    # llm = PaSa's decision-token Selector on ``llm`` / ``selector_llm`` (the default); cross_encoder = a fine-tuned
+    # encoder with a 1-logit head read as P(relevant) (ours, issue 37: ``pasa.cross_encoder``, no LLM), from ``model``.
+    kind: str = "llm"
+    model: Optional[str] = None  # cross_encoder: the directory ``train selector_cross_encoder`` wrote
+    max_length: int = 256  # cross_encoder: tokens of "query [SEP] title + abstract"
+    # PaSa §4.3: select when P("True") >= 0.5. null: the cross-encoder's threshold fitted on its dev split
+    # (selector_meta.json); the LLM Selector reads null as 0.5.
+    threshold: Optional[float] = 0.5
     # Ours (switch): score = P("True") / (P("True") + P("False")), i.e. "True" beats "False". A fine-tuned Selector
     # puts ~all its mass on the two tokens, so both read the same there; on a base model the raw full-vocabulary
     # P("True") is tiny and would reject everything. false = the raw P("True").
@@ -72,6 +79,28 @@ class Judgement:
     decision: Optional[bool]
     rationale: str
     text: str
+
+
+SELECTOR_KINDS = ("llm", "cross_encoder")
+
+
+def selector_kind(cfg) -> str:
+    kind = str(cfg.get("kind", "llm") if hasattr(cfg, "get") else getattr(cfg, "kind", "llm"))
+    if kind not in SELECTOR_KINDS:
+        raise ValueError(f"selector.kind must be one of {SELECTOR_KINDS}, got {kind!r}")
+    return kind
+
+
+def build_selector(cfg, llm_factory=None):
+    """The Selector ``cfg`` (a ``selector`` node) names: ``kind=llm`` scores with ``llm_factory()``'s LLM,
+    ``kind=cross_encoder`` loads ``cfg.model`` and needs no LLM (``llm_factory`` is not called)."""
+    if selector_kind(cfg) == "cross_encoder":
+        from scholar_agents.pasa.cross_encoder import CrossEncoderSelector
+
+        return CrossEncoderSelector.from_config(cfg)
+    if llm_factory is None:
+        raise ValueError("selector.kind=llm needs an LLM")
+    return Selector.from_config(llm_factory(), cfg)
 
 
 def truncate_abstract(abstract: str, max_chars: Optional[int]) -> str:
@@ -121,7 +150,7 @@ class Selector:
 
     @classmethod
     def from_config(cls, llm: LLM, cfg) -> "Selector":
-        return cls(llm, threshold=cfg.threshold, normalize=cfg.normalize, batch_size=cfg.batch_size,
+        return cls(llm, threshold=0.5 if cfg.threshold is None else cfg.threshold, normalize=cfg.normalize, batch_size=cfg.batch_size,
                    max_abstract_chars=cfg.max_abstract_chars, rationale_max_new_tokens=cfg.rationale_max_new_tokens,
                    memo_size=cfg.memo_size)
 
