@@ -24,7 +24,8 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from scholar_agents.eval.metrics import binary_metrics, reliability_curve, roc_auc
-from scholar_agents.pasa.selector import SelectorPair, build_selector, selector_kind
+from scholar_agents.pasa.selector import SelectorPair
+from scholar_agents.pasa.selector_factory import build_selector, selector_kind
 from scholar_agents.validation import jsonl_records
 
 log = logging.getLogger(__name__)

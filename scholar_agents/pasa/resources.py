@@ -208,7 +208,7 @@ class Resources:
         return self._llm_from(self.cfg.llm, model, role="crawler", adapter=adapter)
 
     def selector(self):
-        from scholar_agents.pasa.selector import build_selector
+        from scholar_agents.pasa.selector_factory import build_selector
 
         if self._selector is None:  # selector.kind=cross_encoder builds no LLM
             node = self.cfg.get("selector_llm") or self.cfg.llm

@@ -13,7 +13,8 @@ from scholar_agents.eval.metrics import roc_auc
 from scholar_agents.hydra_app import compose
 from scholar_agents.papers.paper import Paper
 from scholar_agents.pasa.cross_encoder import META_FILE, CrossEncoderSelector, split_sentences
-from scholar_agents.pasa.selector import Selector, SelectorPair, build_selector
+from scholar_agents.pasa.selector import Selector, SelectorPair
+from scholar_agents.pasa.selector_factory import build_selector
 from scholar_agents.train.selector_cross_encoder import (CrossEncoderTrainConfig, fit_threshold, split_by_query,
                                                          train_cross_encoder)
 
