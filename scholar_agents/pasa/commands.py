@@ -18,9 +18,7 @@ def search(cfg: DictConfig) -> dict:
     """``scholar pasa search query="..." [before=YYYY-MM-DD]`` or ``queries.path=<PaSa JSONL>``: crawl, select,
     rank; writes ``results.json``, ``results.md`` and ``trajectories.jsonl`` and prints the tables."""
     from scholar_agents.runtime.run_dir import run_dir
-    from scholar_agents.pasa.agent import results_table
-    from scholar_agents.pasa.trajectory import write_trajectories
-
+    from scholar_agents.pasa.search_run import write_search_run
     from scholar_agents.validation import UsageError, check_queries_group, optional_positive_int, parse_date, reading
 
     optional_positive_int(cfg.get("top"), "top", "rows per query in the printed table; null = all")
@@ -37,14 +35,10 @@ def search(cfg: DictConfig) -> dict:
     results = agent.run(queries)
     out = run_dir(cfg)
     setting = res.describe()
-    (out / "setting.json").write_text(json.dumps(setting, indent=1, default=str))
+    tables = write_search_run(out, results, setting, top=cfg.top)
     # what the agent ran with (issue 17: the search backend its Crawler's data were verified on, the adapter)
     print(f"searched with: {setting['search']}\ncrawler: {setting['crawler']}\nselector: {setting['selector']}\n")
     payload = [r.to_dict() for r in results]
-    (out / "results.json").write_text(json.dumps(payload, indent=1, ensure_ascii=False))
-    tables = "\n".join(results_table(r, top=cfg.top) for r in results)
-    (out / "results.md").write_text(tables)
-    write_trajectories(out / "trajectories.jsonl", [t for r in results for t in r.trajectories])
     print(tables)
     live = res.live_stats()
     if live:

@@ -13,6 +13,7 @@ class ServeConfig:
     port: int = 8765
     # The Runs view opens run directories under this root only (no path traversal, symlinks resolved first).
     runs_root: str = "outputs"
+    save_runs: bool = True  # every finished page search is a run under <runs_root>/page_searches/ (as pasa search)
     # Searches waiting behind the running one (one model in memory: searches run one at a time); beyond it a
     # submit is refused with one line (HTTP 429).
     max_queue: int = 4

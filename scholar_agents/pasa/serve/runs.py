@@ -57,7 +57,8 @@ def find_runs(root: Path, max_depth: int = 4, limit: int = 300) -> list[dict]:
         depth = len(d.relative_to(base).parts)
         kind = run_kind(d)
         if kind:
-            out.append({"path": str(d.relative_to(base)) or ".", "kind": kind, "mtime": d.stat().st_mtime})
+            out.append({"path": str(d.relative_to(base)) or ".", "kind": kind, "mtime": d.stat().st_mtime,
+                        "query": _first_query(d) if kind == "pasa search" else None})
             dirnames[:] = []  # a run's own sub-folders (per_query/, trajectories/) are not runs
         elif depth >= max_depth:
             dirnames[:] = []
@@ -65,6 +66,15 @@ def find_runs(root: Path, max_depth: int = 4, limit: int = 300) -> list[dict]:
             dirnames[:] = sorted(n for n in dirnames if not n.startswith("."))
     out.sort(key=lambda r: -r["mtime"])
     return out[:limit]
+
+
+def _first_query(d: Path) -> Optional[str]:
+    """The question a `pasa search` run (or a page search) asked, for the Runs list; None if unreadable."""
+    try:
+        results = json.loads((d / "results.json").read_text())
+        return str(results[0].get("query") or "")[:200] or None if results else None
+    except (OSError, ValueError, AttributeError, IndexError, KeyError):
+        return None
 
 
 def _jsonl(path: Path) -> list[dict]:

@@ -197,7 +197,23 @@ class SearchService:
             trees = [build_tree(t.to_dict(), self.paper_info, gold) for t in result.trajectories]
             return {"papers": papers, "note": result.crawl_note(), "selected": len(result.selected),
                     "stopped_by": [t.stopped_by for t in result.trajectories], "trees": trees,
-                    "seconds": round(time.perf_counter() - t0, 2), "query": job.query, "before": job.before}
+                    "seconds": round(time.perf_counter() - t0, 2), "query": job.query, "before": job.before,
+                    "run": self.save_run(job, result)}
+
+    def save_run(self, job: Job, result) -> Optional[str]:
+        """A finished page search as a run directory, the files `pasa search` writes (issue 39 item 4), under
+        ``<serve.runs_root>/page_searches/<time>_<id>``; its path relative to the runs root (None when
+        ``serve.save_runs=false``)."""
+        from scholar_agents.pasa.search_run import write_search_run
+
+        scfg = self.cfg.serve
+        if not scfg.get("save_runs", True):
+            return None
+        root = Path(str(scfg.runs_root))
+        rel = Path("page_searches") / f"{time.strftime('%Y%m%d-%H%M%S')}_{job.id}"
+        setting = {**self._res.describe(), "query": job.query, "before": job.before, "source": "pasa serve"}
+        write_search_run(root / rel, [result], setting)
+        return str(rel)
 
     def rationale(self, query: str, paper_id: str) -> dict:
         """The Selector's decision and rationale for one paper (PaSa Table 15: decision token first, then why)."""

@@ -76,6 +76,13 @@ def test_a_search_streams_its_crawl_and_ends_in_the_ranked_list(app_client):
     assert tree["kind"] == "query" and tree["children"][0]["kind"] == "search"
     added = {p["id"] for a in tree["children"] for p in a["children"]}
     assert added and added <= {p["paper_id"] for p in result["papers"]}
+    # issue 39 item 4: the search is a run, the files `pasa search` writes, listed with its query
+    assert result["run"].startswith("page_searches/")
+    listed = {r["path"]: r for r in client.get("/api/runs").json()["runs"]}
+    assert listed[result["run"]]["kind"] == "pasa search"
+    assert listed[result["run"]]["query"] == "graph neural networks for molecules"
+    opened = client.get("/api/run", params={"path": result["run"]})
+    assert opened.status_code == 200, opened.text
     # a reconnect from an index resumes the same stream
     again = read_events(client, job)
     assert again == events
@@ -220,7 +227,9 @@ def test_runs_open_only_under_the_root_with_a_table_trees_and_gold(app_client, t
     client, _ = app_client
     root, run = tiny_eval_run
     listed = client.get("/api/runs").json()["runs"]
-    assert [(r["path"], r["kind"]) for r in listed] == [("eval_pasa/tiny", "eval pasa")]
+    # the module's page searches are runs too (issue 39 item 4); the eval run is the one non-page run
+    assert [(r["path"], r["kind"]) for r in listed if not r["path"].startswith("page_searches/")] == [
+        ("eval_pasa/tiny", "eval pasa")]
     r = client.get("/api/run", params={"path": "eval_pasa/tiny"}).json()
     assert r["rows"] == ["agent", "search_bm25"] and r["trees"] == {"agent": True, "search_bm25": False}
     assert len(r["queries"]) == 2 and set(r["queries"][0]["rows"]) == {"agent", "search_bm25"}

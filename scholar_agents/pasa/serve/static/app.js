@@ -192,7 +192,9 @@ function loadRuns() {
   api("/api/runs").then((r) => {
     const sel = $("runs-list");
     const keep = sel.value;
-    sel.replaceChildren(...r.runs.map((x) => el("option", { value: x.path }, `${x.path}  (${x.kind})`)));
+    const when = (t) => new Date(t * 1000).toLocaleString();
+    sel.replaceChildren(...r.runs.map((x) => el("option", { value: x.path },
+      `${x.query ? `"${x.query.slice(0, 60)}${x.query.length > 60 ? "…" : ""}" · ` : ""}${x.path}  (${x.kind}, ${when(x.mtime)})`)));
     if (keep) sel.value = keep;
   }).catch(showError);
 }
