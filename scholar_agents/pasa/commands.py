@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Optional
 
 from omegaconf import DictConfig
 
@@ -12,6 +13,19 @@ from scholar_agents.pasa.queries import ScholarQuery, load_queries
 from scholar_agents.pasa.resources import Resources
 
 log = logging.getLogger(__name__)
+
+
+def seeded_query(store, paper_id: str, question: Optional[str] = None, before: Optional[str] = None,
+                 qid: str = "query") -> ScholarQuery:
+    """"More like this": a query seeded with a stored paper — its title as the question (unless one is given), the
+    paper itself queued for expansion (``ScholarQuery.seed_papers``). An id the store lacks is a one-line error."""
+    from scholar_agents.papers.ids import norm_id
+    from scholar_agents.validation import UsageError
+
+    got = store.get(paper_id) or store.get(norm_id(paper_id))
+    if got is None:
+        raise UsageError(f"seed_paper={paper_id!r} is not in the paper store {store.path}")
+    return ScholarQuery(qid, " ".join(str(question or got.title).split()), before=before, seed_papers=[got.paper_id])
 
 
 def search(cfg: DictConfig) -> dict:
@@ -22,7 +36,12 @@ def search(cfg: DictConfig) -> dict:
     from scholar_agents.validation import UsageError, check_queries_group, optional_positive_int, parse_date, reading
 
     optional_positive_int(cfg.get("top"), "top", "rows per query in the printed table; null = all")
-    if cfg.get("query"):
+    res = None
+    if cfg.get("seed_paper"):
+        res = Resources(cfg)
+        queries = [seeded_query(res.store, str(cfg.seed_paper), cfg.get("query"),
+                                parse_date(cfg.get("before"), "before", full=True))]
+    elif cfg.get("query"):
         queries = [ScholarQuery("query", str(cfg.query), before=parse_date(cfg.get("before"), "before", full=True))]
     elif cfg.queries.get("path"):
         check_queries_group(cfg.queries)
@@ -30,7 +49,7 @@ def search(cfg: DictConfig) -> dict:
             queries = load_queries(cfg.queries)
     else:
         raise UsageError('give query="<your question>" (and optionally before=YYYY-MM-DD) or queries.path=<file>')
-    res = Resources(cfg)
+    res = res or Resources(cfg)
     agent = res.agent()
     results = agent.run(queries)
     out = run_dir(cfg)

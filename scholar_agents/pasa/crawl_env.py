@@ -131,6 +131,9 @@ class _Pending:
     parent_action_index: Optional[int] = None
 
 
+SEED_SESSION = "seed"  # the queue entries of a query's seed papers name this instead of a session
+
+
 class QueryState:
     """One query's crawl in progress: the queue, the papers waiting for a session, counters, records."""
 
@@ -140,6 +143,10 @@ class QueryState:
         self.traj = QueryTrajectory(qid=query.qid, user_query=query.question, before=before, run=run)
         self.in_queue: set[str] = set()
         self.pending: deque[_Pending] = deque([_Pending(None, 0)])
+        for i, pid in enumerate(dict.fromkeys(query.seed_papers)):  # "more like this": queued, then expanded
+            self.in_queue.add(pid)
+            self.traj.queue.append(QueueEntry(pid, 1, SEED_SESSION, i))
+            self.pending.append(_Pending(pid, 1))
         self.records: dict[str, SessionRecord] = {}
         self.sessions_started = 0
         self.moves = 0  # executed [Search]/[Expand]

@@ -176,3 +176,24 @@ def test_records_align_actions_with_token_ids(toy):
     from scholar_agents.pasa.trajectory import SessionRecord
 
     assert SessionRecord.from_dict(rec.to_dict()) == rec
+
+
+def test_a_seeded_query_queues_its_paper_and_expands_it_after_the_search(toy):
+    """"More like this" (issue 39 item 6): the seed paper is in the queue at depth 1 from the start, and after the
+    S_q session (its title searched by the Crawler) it gets an S_q+p session of its own where it has sections."""
+    from scholar_agents.pasa.commands import seeded_query
+    from scholar_agents.validation import UsageError
+
+    store, search = toy
+    q = seeded_query(store, "A", before=QUERY.before, qid="more")
+    assert q.question == store.get("A").title and q.seed_papers == ["A"]
+    env = CrawlEnv(store, search, CrawlConfig(search_k=1))
+    [state] = env.reset([q])
+    assert [e.paper_id for e in state.traj.queue] == ["A"] and state.traj.queue[0].depth == 1
+    first, second = env.next_sessions([state], 2)
+    assert first.start_state == S_Q and second.start_state == S_QP and second.paper.paper_id == "A"
+    env.step([first, second], [gen("[Search] graph networks for molecules [Stop]"), gen("[Expand] introduction [Stop]")])
+    assert "A" in state.in_queue and {"B", "C"} <= state.in_queue  # the seed's cited papers were added
+    assert [e.paper_id for e in state.traj.queue].count("A") == 1  # the search finding A again adds no duplicate
+    with pytest.raises(UsageError, match="not in the paper store"):
+        seeded_query(store, "no-such-paper")

@@ -9,6 +9,7 @@ import asyncio
 import hmac
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -24,23 +25,29 @@ from scholar_agents.validation import UsageError, parse_date
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
-SEARCH_FIELDS = ("query", "before")
+SEARCH_FIELDS = ("query", "before", "seed_paper")
 
 
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-def check_search(body: object, max_chars: int) -> tuple[str, Optional[str]]:
-    """A submitted search as (query, before), or a one-line UsageError."""
+def check_search(body: object, max_chars: int) -> tuple[str, Optional[str], Optional[str]]:
+    """A submitted search as (query, before, seed_paper), or a one-line UsageError. ``seed_paper`` ("more like
+    this", an arXiv id of the store) may come without a query: the paper's title is then the question."""
     if not isinstance(body, dict):
         raise UsageError('send a JSON object {"query": "...", "before": "YYYY-MM-DD" (optional)}')
     extra = sorted(set(body) - set(SEARCH_FIELDS))
     if extra:
-        raise UsageError(f"unknown field(s) {', '.join(extra)}: a search takes query and before; the backends, "
-                         f"models and budgets are the server's command-line overrides")
+        raise UsageError(f"unknown field(s) {', '.join(extra)}: a search takes query, before and seed_paper; the "
+                         f"backends, models and budgets are the server's command-line overrides")
+    seed = body.get("seed_paper")
+    if seed is not None and (not isinstance(seed, str) or not re.fullmatch(r"[A-Za-z0-9./_-]{1,64}", seed)):
+        raise UsageError("seed_paper: a paper id of the store (letters, digits, '.', '/', '_', '-')")
     query = body.get("query")
-    if not isinstance(query, str) or not query.strip():
+    if seed is not None and (query is None or (isinstance(query, str) and not query.strip())):
+        query = ""  # the seed paper's title, filled in by the service
+    elif not isinstance(query, str) or not query.strip():
         raise UsageError("query: type a question (a non-empty string)")
     query = " ".join(query.split())
     if len(query) > max_chars:
@@ -48,7 +55,7 @@ def check_search(body: object, max_chars: int) -> tuple[str, Optional[str]]:
     before = body.get("before")
     if before is not None and not isinstance(before, str):
         raise UsageError("before: a date string YYYY-MM-DD")
-    return query, parse_date(before, "before", full=True)
+    return query, parse_date(before, "before", full=True), seed
 
 
 def create_app(cfg, service, token: Optional[str] = None) -> FastAPI:
@@ -98,8 +105,8 @@ def create_app(cfg, service, token: Optional[str] = None) -> FastAPI:
             body = json.loads(await request.body() or b"null")
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise UsageError('the request body is not JSON: send {"query": "..."}') from None
-        query, before = check_search(body, int(scfg.max_query_chars))
-        job = queue.submit(query, before)
+        query, before, seed = check_search(body, int(scfg.max_query_chars))
+        job = queue.submit(query, before, seed_paper=seed)
         return {"id": job.id, "position": queue.position(job), "state": job.state}
 
     def _job(job_id: str):

@@ -42,6 +42,7 @@ class Job:
     result: Any = None
     submitted: float = field(default_factory=time.perf_counter)
     cancel_requested: threading.Event = field(default_factory=threading.Event)
+    seed_paper: Optional[str] = None  # "more like this": the paper the crawl starts from
 
 
 class SearchQueue:
@@ -66,13 +67,13 @@ class SearchQueue:
 
     # ---- the page's side ----
 
-    def submit(self, query: str, before: Optional[str]) -> Job:
+    def submit(self, query: str, before: Optional[str], seed_paper: Optional[str] = None) -> Job:
         with self._cond:
             # an idle worker takes the next job at once: it does not count against the bound
             if len(self._waiting) >= self.max_queue + (self._running is None):
                 raise QueueFull(f"the queue is full ({len(self._waiting)} searches waiting, serve.max_queue="
                                 f"{self.max_queue}): try again when one has finished")
-            job = Job(f"s{next(self._ids)}", query, before)
+            job = Job(f"s{next(self._ids)}", query, before, seed_paper=seed_paper)
             self._jobs[job.id] = job
             self._waiting.append(job)
             self.max_waiting_seen = max(self.max_waiting_seen, len(self._waiting) - (self._running is None))

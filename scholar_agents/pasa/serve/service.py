@@ -185,7 +185,13 @@ class SearchService:
                 elif kind == "select_progress":
                     emit("select_progress", data)
 
-            query = ScholarQuery(job.id, job.query, before=job.before)
+            if job.seed_paper:  # "more like this": the paper's title searched, the paper expanded
+                from scholar_agents.pasa.commands import seeded_query
+
+                query = seeded_query(self._res.store, job.seed_paper, job.query or None, job.before, qid=job.id)
+                job.query = query.question
+            else:
+                query = ScholarQuery(job.id, job.query, before=job.before)
             try:
                 [result] = agent.run([query], progress=False, on_event=on_event)
             except Cancelled as c:  # what was crawled stays on the page, in crawl order, marked cancelled

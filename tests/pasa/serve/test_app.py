@@ -163,6 +163,33 @@ def test_a_cancel_stops_at_the_next_event_and_keeps_what_was_crawled(app_client,
         queue.close()
 
 
+def test_more_like_this_starts_a_crawl_from_a_paper(app_client):
+    """Issue 39 item 6: {"seed_paper": id} (the page's "more like this" button) crawls from that paper: its title is
+    the question, the paper is in the queue and expanded where the store has its sections; the result is streamed
+    and saved like any search. An id the store lacks fails in one line; a malformed id is refused at once."""
+    from scholar_agents.papers.store import PaperStore
+
+    client, service = app_client
+    with PaperStore(service.cfg.papers.store, readonly=True) as store:
+        pid = next(p.paper_id for p in store.iter_papers() if p.sections and p.date and p.date < "2023-01-01")
+        title = store.get(pid).title
+    r = client.post("/api/search", json={"seed_paper": pid, "before": "2023-01-01"})
+    assert r.status_code == 200, r.text
+    events = read_events(client, r.json()["id"])
+    kinds = [e["kind"] for e in events]
+    assert kinds[-1] == "done", kinds
+    result = next(e["data"] for e in events if e["kind"] == "result")
+    assert result["query"] == " ".join(title.split()) and pid in {p["paper_id"] for p in result["papers"]}
+    expands = [e["data"] for e in events if e["kind"] == "session" and e["data"]["paper"] == pid]
+    assert expands and expands[0]["start"] == "S_q+p"
+    assert result["run"]  # saved as a run like any page search
+    missing = client.post("/api/search", json={"seed_paper": "0000.00000"})
+    events = read_events(client, missing.json()["id"])
+    assert events[-1]["kind"] == "failed" and "not in the paper store" in events[-1]["data"]["error"]
+    bad = client.post("/api/search", json={"seed_paper": "../etc/passwd; rm"})
+    assert bad.status_code == 400 and "seed_paper" in bad.json()["error"]
+
+
 def test_the_queue_bound_positions_and_a_cancel_frees_its_slot(app_client):
     client, service = app_client
     service.agent()  # loaded: the worker then blocks only on the model lock the test holds
@@ -195,7 +222,7 @@ def test_the_queue_bound_positions_and_a_cancel_frees_its_slot(app_client):
     ({"query": "   "}, "query: type a question"),
     ({"query": "gnn", "before": "2023-02-30"}, "before='2023-02-30' is not a calendar date"),
     ({"query": "gnn", "before": 2023}, "before: a date string YYYY-MM-DD"),
-    ({"query": "gnn", "llm.model": "/etc"}, "unknown field(s) llm.model: a search takes query and before"),
+    ({"query": "gnn", "llm.model": "/etc"}, "unknown field(s) llm.model: a search takes query, before and seed_paper"),
     (["gnn"], "send a JSON object"),
     (b"{not json", "the request body is not JSON"),
 ])

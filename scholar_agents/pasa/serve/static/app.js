@@ -63,15 +63,24 @@ function loadSetting() {
 // ---- search ----
 $("search-form").onsubmit = (ev) => {
   ev.preventDefault();
+  startSearch({ query: $("query").value });
+};
+
+// "more like this": a crawl that starts from a paper (its title searched, the paper expanded where it can be)
+function moreLikeThis(paper) {
+  $("query").value = paper.title;
+  startSearch({ seed_paper: paper.paper_id });
+}
+
+function startSearch(body) {
   showError(null);
-  const body = { query: $("query").value };
   if ($("before").value.trim()) body.before = $("before").value.trim();
   // a new search replaces the one this page is running (serve.replace_running=false keeps both going)
   const replaced = current && !current.finished && replaceRunning ?
     api(`/api/search/${current.id}/cancel`, { method: "POST" }).catch(() => null) : Promise.resolve();
   replaced.then(() => api("/api/search", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) }))
     .then((r) => follow(r.id)).catch(showError);
-};
+}
 $("cancel").onclick = () => { if (current) api(`/api/search/${current.id}/cancel`, { method: "POST" }).catch(showError); };
 
 function follow(id) {
@@ -143,9 +152,11 @@ function showResult(r) {
   t.replaceChildren(el("tr", {}, ...["#", 'P("True")', "selected", "date", "paper", ""].map((h) => el("th", {}, h))));
   r.papers.forEach((p, i) => {
     const why = r.cancelled ? el("span", {}, "") : el("button", { type: "button", class: "why" }, "why?");
+    const more = el("button", { type: "button", class: "more", title: "a crawl that starts from this paper" }, "more like this");
+    more.onclick = () => moreLikeThis(p);
     const row = el("tr", { class: "paper-row" }, el("td", { class: "num" }, i + 1), el("td", { class: "num" }, fmt(p.score)),
       el("td", { class: p.selected ? "" : "no" }, r.cancelled ? "cancelled" : p.selected ? "yes" : "no"), el("td", {}, p.date || "–"),
-      el("td", {}, p.gold ? el("span", { class: "gold", title: "a gold paper of this query" }, "★ ") : "", paperLink(p.paper_id, p.title)), el("td", {}, why));
+      el("td", {}, p.gold ? el("span", { class: "gold", title: "a gold paper of this query" }, "★ ") : "", paperLink(p.paper_id, p.title)), el("td", {}, why, " ", more));
     why.onclick = () => {
       why.disabled = true; why.textContent = "…";
       api(`/api/search/${current.id}/rationale?paper_id=${encodeURIComponent(p.paper_id)}`).then((j) => {
