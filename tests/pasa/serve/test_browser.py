@@ -112,6 +112,35 @@ def test_search_runs_and_compare_in_a_real_browser_on_the_tiny_model(tiny_server
     print("tiny model:", json.dumps(times))
 
 
+def test_more_like_this_and_page_searches_as_runs_in_a_real_browser(tiny_server, browser):
+    """Issue 39 items 4 and 6 in the page: a result's "more like this" starts a crawl from that paper (its title
+    becomes the query, the crawl streams and ends in a ranked list that holds the paper), and both searches are
+    then runs in the Runs list, with their queries."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    driver, find = browser, browser.find_element
+    driver.get(tiny_server + "/")
+    _wait(driver, lambda d: "loaded in" in find(By.ID, "setting").text, 60, "the setting line")
+    find(By.ID, "query").send_keys("graph neural networks for molecules")
+    find(By.ID, "before").send_keys("2023-01-01")
+    find(By.ID, "submit").click()
+    _wait(driver, lambda d: "papers crawled" in find(By.ID, "status").text, 120, "the first ranked list")
+    first = driver.find_elements(By.CSS_SELECTOR, "#results tr.paper-row")[0]
+    title = first.find_element(By.TAG_NAME, "a").text
+    first.find_element(By.CSS_SELECTOR, "button.more").click()
+    _wait(driver, lambda d: find(By.ID, "query").get_attribute("value") == title and
+          "papers crawled" in find(By.ID, "status").text and not find(By.ID, "cancel").is_displayed(), 120,
+          "the more-like-this ranked list")
+    titles = [a.text for a in driver.find_elements(By.CSS_SELECTOR, "#results tr.paper-row a")]
+    assert title in titles  # the seed paper itself is in its crawl's queue
+    find(By.ID, "tab-runs").click()
+    _wait(driver, lambda d: len([o for o in Select(find(By.ID, "runs-list")).options
+                                 if "page_searches/" in o.get_attribute("value")]) >= 2, 20, "the page searches")
+    labels = [o.text for o in Select(find(By.ID, "runs-list")).options]
+    assert any(title[:40] in x for x in labels) and any("graph neural networks for molecules" in x for x in labels)
+
+
 @pytest.mark.slow
 def test_the_embedded_defaults_in_a_real_browser(tmp_path_factory, browser):
     """SmolLM2 + the shipped Crawler adapter and SmolLM2 as Selector, search=auto, the sample corpus: what
