@@ -170,7 +170,10 @@ def create_app(cfg, service, token: Optional[str] = None) -> FastAPI:
         d = runs.resolve_under(runs_root, path)
         rows = await run_in_threadpool(runs.load_rows, d)
         questions = {qid: q.question for qid, q in service.gold.items()}
-        return {"path": path, "kind": runs.run_kind(d), **runs.table(rows, questions),
+        info = runs.row_info(d, list(rows))
+        tab = runs.table(rows, questions, info)
+        return {"path": path, "kind": runs.run_kind(d), **tab, "info": info,
+                "means": runs.row_means(d, rows, tab["columns"]),
                 "trees": {r: runs.trajectory_file(d, r) is not None for r in rows}}
 
     @app.get("/api/run/tree")

@@ -190,6 +190,25 @@ def test_more_like_this_starts_a_crawl_from_a_paper(app_client):
     assert bad.status_code == 400 and "seed_paper" in bad.json()["error"]
 
 
+def test_a_run_reads_at_a_glance(app_client):
+    """Issue 39 item 5: rows carry their method and label, every column its meaning, each row its mean with eval
+    pasa's interval, and a search-only row leaves the Crawler's and Selector's columns blank."""
+    client, _ = app_client
+    r = client.get("/api/run", params={"path": "eval_pasa/tiny"}).json()
+    assert r["info"]["search_bm25"]["method"] == "search" and r["info"]["agent"]["method"] == "agent"
+    assert all(r["column_help"][c] for c in r["columns"]) and "gold papers in the crawl's queue" in \
+        r["column_help"]["crawler_recall"]
+    search_cells = [q["rows"]["search_bm25"] for q in r["queries"]]
+    assert all(c.get("n_returned") is None and c.get("crawler_recall") is None for c in search_cells)
+    assert any(q["rows"]["search_bm25"].get("recall_at_20") is not None for q in r["queries"])
+    agent_mean = r["means"]["agent"]["crawler_recall"]
+    # eval pasa's own mean and interval (its summary.json; the interval is null for this 2-query run)
+    summary = json.loads((Path(client.get("/api/runs").json()["root"]) / "eval_pasa/tiny/summary.json").read_text())
+    assert agent_mean == {"mean": summary["summary"]["agent"]["crawler_recall"],
+                          "ci": summary["summary"]["agent"]["crawler_recall_ci"]}
+    assert "n_returned" in r["blank"]["search_bm25"]
+
+
 def test_the_queue_bound_positions_and_a_cancel_frees_its_slot(app_client):
     client, service = app_client
     service.agent()  # loaded: the worker then blocks only on the model lock the test holds

@@ -77,8 +77,12 @@ def drive_page(driver, url: str, query: str, before: str, run_path: str, rows: t
     _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#run-table tr.pick"), 20, "the run's table")
     Select(find(By.ID, "compare-a")).select_by_value(rows[0])
     Select(find(By.ID, "compare-b")).select_by_value(rows[1])
-    header = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "#run-table th.rowname")]
+    header = [th.get_attribute("data-row") for th in driver.find_elements(By.CSS_SELECTOR, "#run-table th.rowname")]
     assert header == list(rows)
+    # issue 39 item 5: a mean row, and what the columns mean in words under the table
+    assert find(By.CSS_SELECTOR, "#run-table tr.mean").text.startswith("mean of")
+    legend = find(By.ID, "run-legend").text
+    assert "R@20 = " in legend and "blank = not applicable" in legend, legend
     driver.find_elements(By.CSS_SELECTOR, "#run-table tr.pick")[0].click()
     _wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#compare > .col")) == 2 and
           d.find_elements(By.CSS_SELECTOR, "#compare .tree-root"), 30, "the two crawls")

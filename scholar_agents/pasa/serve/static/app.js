@@ -210,15 +210,16 @@ function loadRuns() {
   }).catch(showError);
 }
 $("open-run").onclick = () => openRun($("run-path").value.trim() || $("runs-list").value);
-$("runs-list").onchange = () => { $("run-path").value = ""; };
+$("runs-list").onchange = () => { $("run-path").value = ""; openRun($("runs-list").value); };  // opens at once
 
 function openRun(path) {
   showError(null);
   api(`/api/run?path=${encodeURIComponent(path)}`).then((r) => {
     runData = r;
-    $("run-kind").textContent = `${r.kind}: ${r.queries.length} queries, rows ${r.rows.join(", ")}`;
+    const label = (n) => (r.info && r.info[n] ? r.info[n].label : n);
+    $("run-kind").textContent = `${r.kind}: ${r.queries.length} queries, rows ${r.rows.map(label).join(", ")}`;
     for (const [id, i] of [["compare-a", 0], ["compare-b", 1]]) {
-      $(id).replaceChildren(...r.rows.map((n) => el("option", { value: n }, n)));
+      $(id).replaceChildren(...r.rows.map((n) => el("option", { value: n }, label(n))));
       $(id).value = r.rows[Math.min(i, r.rows.length - 1)];
     }
     renderRunTable();
@@ -236,10 +237,24 @@ function renderRunTable() {
   const t = $("run-table");
   // each row's own columns: a search-only row has no crawler recall, precision, actions...
   const cols = Object.fromEntries(rows.map((n) => [n, r.columns.filter((c) => r.queries.some((q) => (q.rows[n] || {})[c] != null))]));
+  const label = (n) => (r.info && r.info[n] ? r.info[n].label : n);
   const top = el("tr", {}, el("th", { rowspan: 2, class: "q" }, "query"),
-    ...rows.map((n) => el("th", { colspan: Math.max(cols[n].length, 1), class: "rowname" }, n)));
-  const sub = el("tr", {}, ...rows.flatMap((n) => (cols[n].length ? cols[n] : [""]).map((c) => el("th", { title: c }, SHORT[c] || c))));
-  t.replaceChildren(top, sub);
+    ...rows.map((n) => el("th", { colspan: Math.max(cols[n].length, 1), class: "rowname", "data-row": n }, label(n))));
+  const sub = el("tr", {}, ...rows.flatMap((n) => (cols[n].length ? cols[n] : [""]).map((c) => el("th", { title: (r.column_help || {})[c] || c }, SHORT[c] || c))));
+  // the mean of every column over the queries, with eval pasa's 95 % interval where the run has one
+  const ci = (m) => (m && m.ci ? ` (${fmt(m.ci[0])}–${fmt(m.ci[1])})` : "");
+  const mean = el("tr", { class: "mean" }, el("td", { class: "q" }, el("b", {}, `mean of ${r.queries.length} queries`)),
+    ...rows.flatMap((n) => (cols[n].length ? cols[n] : [""]).map((c) => {
+      const m = ((r.means || {})[n] || {})[c];
+      return el("td", { class: "num" }, el("b", {}, m ? fmt(m.mean) : ""), m ? ci(m) : "");
+    })));
+  t.replaceChildren(top, sub, mean);
+  // what the columns mean, visible under the table (not only on hover)
+  const used = [...new Set(rows.flatMap((n) => cols[n]))];
+  $("run-legend").replaceChildren(...used.map((c) => el("span", { class: "legend" }, el("b", {}, SHORT[c] || c), " = ",
+    ((r.column_help || {})[c] || c).replace(/^[^:]*: /, ""))),
+    ...rows.filter((n) => (r.blank || {})[n] && r.blank[n].length).map((n) => el("span", { class: "legend" },
+      `${label(n)}: blank = not applicable (${r.blank[n].map((c) => SHORT[c] || c).join(", ")})`)));
   for (const q of r.queries) {
     const tr = el("tr", { class: "pick", "data-qid": q.qid }, el("td", { class: "q" }, q.query || q.qid),
       ...rows.flatMap((n) => (cols[n].length ? cols[n] : [""]).map((c) => el("td", { class: "num" }, fmt((q.rows[n] || {})[c])))));
