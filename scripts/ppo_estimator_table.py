@@ -11,7 +11,6 @@ hits per session and held-out recall against step). A run still going is reporte
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
