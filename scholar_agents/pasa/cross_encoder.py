@@ -21,12 +21,11 @@ import logging
 import re
 from collections import OrderedDict
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
-from scholar_agents.papers.paper import Paper
-from scholar_agents.pasa.selector import Judgement, SelectorPair, truncate_abstract
+from scholar_agents.pasa.selector import Judgement, PaperJudge, SelectorPair, truncate_abstract
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +49,7 @@ def read_meta(model_dir: str | Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-class CrossEncoderSelector:
+class CrossEncoderSelector(PaperJudge):
     """Batched P(relevant) from a sequence-classification encoder with one logit."""
 
     normalize = False  # the score is already a probability (eval selector's report reads this)
@@ -148,29 +147,6 @@ class CrossEncoderSelector:
 
     def scores_from_probs(self, probs: np.ndarray) -> np.ndarray:
         return np.asarray(probs, dtype=np.float64)[:, 0]
-
-    def decide(self, pairs: Sequence[SelectorPair], show_progress: bool = False) -> np.ndarray:
-        return self.score(pairs, show_progress=show_progress) >= self.threshold
-
-    def accept(self, query: str, papers: Sequence[Paper]) -> list[bool]:
-        if not papers:
-            return []
-        return [bool(d) for d in self.decide([SelectorPair.of(query, p) for p in papers])]
-
-    def accept_many(self, requests: Iterable[tuple[str, Sequence[Paper]]]) -> list[list[bool]]:
-        requests = list(requests)
-        flat = [SelectorPair.of(q, p) for q, papers in requests for p in papers]
-        decided = self.decide(flat) if flat else np.zeros(0, dtype=bool)
-        out, i = [], 0
-        for _, papers in requests:
-            out.append([bool(d) for d in decided[i:i + len(papers)]])
-            i += len(papers)
-        return out
-
-    def rank(self, query: str, papers: Sequence[Paper]) -> list[tuple[Paper, float]]:
-        scores = self.score([SelectorPair.of(query, p) for p in papers]) if papers else np.zeros(0)
-        order = np.argsort(-scores, kind="stable")
-        return [(papers[i], float(scores[i])) for i in order]
 
     # ---- "rationale": evidence sentences ----
 

@@ -98,3 +98,16 @@ def load_queries(qcfg) -> list[ScholarQuery]:
     limit = qcfg.get("limit")
     queries = queries[offset:]
     return queries[: int(limit)] if limit is not None else queries
+
+
+def seeded_query(store, paper_id: str, question: Optional[str] = None, before: Optional[str] = None,
+                 qid: str = "query") -> ScholarQuery:
+    """"More like this": a query seeded with a stored paper — its title as the question (unless one is given), the
+    paper itself queued for expansion (``ScholarQuery.seed_papers``). An id the store lacks is a one-line error."""
+    from scholar_agents.papers.ids import norm_id
+    from scholar_agents.validation import UsageError
+
+    got = store.get(paper_id) or store.get(norm_id(paper_id))
+    if got is None:
+        raise UsageError(f"seed_paper={paper_id!r} is not in the paper store {store.path}")
+    return ScholarQuery(qid, " ".join(str(question or got.title).split()), before=before, seed_papers=[got.paper_id])

@@ -12,6 +12,7 @@ trained with the chat template but scored raw text without it.)
 
 from __future__ import annotations
 
+import abc
 import logging
 import re
 from collections import OrderedDict
@@ -106,7 +107,46 @@ def parse_judgement(text: str) -> Judgement:
     return Judgement(decision=m.group(1).lower() == "true", rationale=rationale, text=text)
 
 
-class Selector:
+class PaperJudge(abc.ABC):
+    """What every Selector offers its callers (the agent's ranking, ``accept_many`` in the PPO reward, ``eval
+    selector``), built on one method, :meth:`score`: P(relevant) per pair, the decision AND the rank. The LLM
+    Selector (below) and the cross-encoder (``pasa.cross_encoder``) implement it."""
+
+    threshold: float
+
+    @abc.abstractmethod
+    def score(self, pairs: Sequence[SelectorPair], show_progress: bool = False) -> np.ndarray:
+        """P(relevant) per pair."""
+
+    def decide(self, pairs: Sequence[SelectorPair], show_progress: bool = False) -> np.ndarray:
+        """Selected (True) where the score reaches the threshold (PaSa §4.3)."""
+        return self.score(pairs, show_progress=show_progress) >= self.threshold
+
+    def accept(self, query: str, papers: Sequence[Paper]) -> list[bool]:
+        """Reward-model mode for Crawler PPO (Eq. 4: Selector(q, p_i) = 1): one batched forward over the papers."""
+        if not papers:
+            return []
+        return [bool(d) for d in self.decide([SelectorPair.of(query, p) for p in papers])]
+
+    def accept_many(self, requests: Iterable[tuple[str, Sequence[Paper]]]) -> list[list[bool]]:
+        """:meth:`accept` for many sessions at once, in ONE batched call (PPO scores a whole rollout batch)."""
+        requests = list(requests)
+        flat = [SelectorPair.of(q, p) for q, papers in requests for p in papers]
+        decided = self.decide(flat) if flat else np.zeros(0, dtype=bool)
+        out, i = [], 0
+        for _, papers in requests:
+            out.append([bool(d) for d in decided[i:i + len(papers)]])
+            i += len(papers)
+        return out
+
+    def rank(self, query: str, papers: Sequence[Paper]) -> list[tuple[Paper, float]]:
+        """Papers by descending P("True") (§4.3: the decision token's probability ranks search results)."""
+        scores = self.score([SelectorPair.of(query, p) for p in papers]) if papers else np.zeros(0)
+        order = np.argsort(-scores, kind="stable")
+        return [(papers[i], float(scores[i])) for i in order]
+
+
+class Selector(PaperJudge):
     """Batched P("True") scoring, thresholded decisions, ranking, and rationale generation on any LLM backend."""
 
     def __init__(self, llm: LLM, threshold: float = 0.5, normalize: bool = True, batch_size: int = 64,
@@ -168,33 +208,6 @@ class Selector:
         mass = probs.sum(axis=1)
         # Both decision tokens at ~0 probability: no evidence either way.
         return np.where(mass > 0, probs[:, 0] / np.maximum(mass, 1e-300), 0.5)
-
-    def decide(self, pairs: Sequence[SelectorPair], show_progress: bool = False) -> np.ndarray:
-        """Selected (True) where the score reaches the threshold (PaSa §4.3)."""
-        return self.score(pairs, show_progress=show_progress) >= self.threshold
-
-    def accept(self, query: str, papers: Sequence[Paper]) -> list[bool]:
-        """Reward-model mode for Crawler PPO (Eq. 4: Selector(q, p_i) = 1): one batched forward over the papers."""
-        if not papers:
-            return []
-        return [bool(d) for d in self.decide([SelectorPair.of(query, p) for p in papers])]
-
-    def accept_many(self, requests: Iterable[tuple[str, Sequence[Paper]]]) -> list[list[bool]]:
-        """:meth:`accept` for many sessions at once, in ONE batched call (PPO scores a whole rollout batch)."""
-        requests = list(requests)
-        flat = [SelectorPair.of(q, p) for q, papers in requests for p in papers]
-        decided = self.decide(flat) if flat else np.zeros(0, dtype=bool)
-        out, i = [], 0
-        for _, papers in requests:
-            out.append([bool(d) for d in decided[i:i + len(papers)]])
-            i += len(papers)
-        return out
-
-    def rank(self, query: str, papers: Sequence[Paper]) -> list[tuple[Paper, float]]:
-        """Papers by descending P("True") (§4.3: the decision token's probability ranks search results)."""
-        scores = self.score([SelectorPair.of(query, p) for p in papers]) if papers else np.zeros(0)
-        order = np.argsort(-scores, kind="stable")
-        return [(papers[i], float(scores[i])) for i in order]
 
     # ---- generation: decision + rationale ----
 

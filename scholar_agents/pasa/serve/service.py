@@ -186,7 +186,7 @@ class SearchService:
                     emit("select_progress", data)
 
             if job.seed_paper:  # "more like this": the paper's title searched, the paper expanded
-                from scholar_agents.pasa.commands import seeded_query
+                from scholar_agents.pasa.queries import seeded_query
 
                 query = seeded_query(self._res.store, job.seed_paper, job.query or None, job.before, qid=job.id)
                 job.query = query.question

@@ -113,18 +113,6 @@ def test_the_page_says_what_it_searches(app_client):
         assert "[Expand]" in c["expand_note"]
 
 
-def test_parameter_count_reads_safetensors_headers(tiny_model_dir):
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from scholar_agents.llm.model_files import human_count, parameter_count
-
-    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), torch_dtype=torch.float32)
-    saved = {id(p) for p in model.parameters()}  # tied weights are saved once
-    assert parameter_count(tiny_model_dir) == sum(p.numel() for p in model.parameters() if id(p) in saved)
-    assert human_count(135_000_000) == "135M" and human_count(7_615_616_512) == "7.6B" and human_count(None)
-
-
 @pytest.mark.parametrize("phase", ["session", "select_progress"])
 def test_a_cancel_stops_at_the_next_event_and_keeps_what_was_crawled(app_client, phase):
     """Issue 39 item 2: a cancel takes effect at the search's next event — between crawl steps, and in the Selector
