@@ -77,7 +77,9 @@ def resolve(argv: list[str]) -> tuple[tuple[str, str], list[str]]:
 
 def main(argv: list[str] | None = None) -> None:
     from scholar_agents.hydra_app import run_task
+    from scholar_agents.runtime import stack_dump
 
+    stack_dump.install()  # `kill -QUIT <pid>`: every thread's stack to stderr, the job goes on
     argv = list(sys.argv[1:] if argv is None else argv)
     (group, command), rest = resolve(argv)
     target, config_name, _ = COMMANDS[(group, command)]

@@ -303,10 +303,30 @@ def torchrun(target: list[str], log: Path, timeout: float) -> tuple[int, float]:
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            f.write(f"\ngpu_check: at its plan of {timeout:.0f} s; the workers' stacks (SIGQUIT):\n")
+            f.flush()
+            dump_stacks(proc)
             kill_tree(proc)
             rc = 124
             f.write(f"\ngpu_check: killed at its plan of {timeout:.0f} s\n")
     return rc, time.perf_counter() - t0
+
+
+def dump_stacks(proc: subprocess.Popen, wait_s: float = 3.0) -> None:
+    """SIGQUIT to torchrun's workers: ``scholar`` registers faulthandler on it (scholar_agents/runtime/stack_dump.py),
+    so each worker writes every thread's stack into the log before the kill: where a run killed at its plan was.
+    (Not SIGUSR1: under training that asks for a checkpoint and a requeue.)"""
+    import psutil
+
+    try:
+        workers = [c for c in psutil.Process(proc.pid).children(recursive=True) if "scholar_agents" in " ".join(
+            c.cmdline())]
+    except psutil.NoSuchProcess:
+        return
+    for w in workers:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            w.send_signal(signal.SIGQUIT)
+    time.sleep(wait_s if workers else 0)
 
 
 def kill_tree(proc: subprocess.Popen) -> None:
@@ -490,11 +510,15 @@ def main() -> int:
                          f"{DEFAULT_BUDGET_S}): a run starts only if its planned seconds fit what is left")
     ap.add_argument("--only", type=lambda v: [x for x in v.split(",") if x], default=None,
                     help="comma-separated run names (e.g. ppo_1L,sft_full_2L): run only these")
+    ap.add_argument("--plan-scale", type=float, default=1.0,
+                    help="multiply every run's planned seconds (its timeout) by this: a diagnostic rerun of a run "
+                         "killed at its plan, to see whether and when it finishes")
     a = ap.parse_args()
     # the budget counts from gpu_check.sh's start (its unpacking included); run directly, from here
     started = float(os.environ.get("GPU_CHECK_STARTED") or time.time())
     profile = profile_name(os.environ.get("GPU_CHECK_PROFILE", "auto"), a.plan_only)
-    p, plans = PROFILES[profile], PLAN_S[profile]
+    p = PROFILES[profile]
+    plans = {k: round(v * a.plan_scale) for k, v in PLAN_S[profile].items()}
     out = a.out_dir.resolve()
     work = out / "work"
     if not a.plan_only:

@@ -83,8 +83,10 @@ class HFBackend(LLM):
         if cfg.init == "random":  # llm.init=random: seeded random weights from the config (llm/model_init.py)
             from scholar_agents.llm.model_init import load_causal_lm
 
-            self.model = load_causal_lm(model_path, "random", seed=cfg.seed,
-                                        dtype=torch.float32 if adapter is not None else self.dtype, **attn_kw)
+            # drawn where it will run: a CPU draw of a 7B-shaped model in bf16 takes tens of seconds on a GPU node
+            with torch.device(self.device):
+                self.model = load_causal_lm(model_path, "random", seed=cfg.seed,
+                                            dtype=torch.float32 if adapter is not None else self.dtype, **attn_kw)
         else:
             self.model = AutoModelForCausalLM.from_pretrained(
                 model_path, dtype=torch.float32 if adapter is not None else self.dtype,

@@ -271,6 +271,13 @@ def build_plan(x: PlanInputs) -> Plan:
     parts[-1] = (parts[-1][0], parts[-1][1], parts[-1][2] + gpu - sum(b for _, _, b in parts))
     for model, item, b in parts:
         rows.append(Row(model, item, _gib(b), all_phases, source))
+    if stage == 3 and value is not None:
+        # DeepSpeed's estimator counts one gathered layer (16-bit weights + gradient) for the engine; with a separate
+        # value model both backbones' embeddings (each the largest layer) come last in the one backward, gathered
+        # with their dense gradients side by side. Verified on one H100 (docs/cluster.md): gpu_check ppo_1L's update
+        # peak was 46.19 GiB against 43.16 planned without this row.
+        rows.append(Row("value", "ZeRO-3 second gathered layer in backward (4 B x its largest layer)",
+                        _gib(4 * value.largest_layer_params), ("update",), "measured on one H100: gpu_check ppo_1L"))
     lora_and_offload_rows(x, x.policy, "policy", "policy + value", cpu, source, all_phases, rows, cpu_rows, problems)
 
     # ---- the frozen reference π_sft. Under ZeRO-3 we assume it is partitioned like the trained models (a ZeRO-3

@@ -62,8 +62,12 @@ def test_paper_plan_on_16_h100_fits_and_its_model_states_are_deepspeeds_estimate
     assert "FITS" in out.stdout and "ZeRO-3 (zero3.json)" in out.stdout
     rows = table_rows(out.stdout)
     states = [r for r in rows if r[0] in ("policy", "value", "policy + value") and "activations" not in r[1]
-              and "logits" not in r[1]]
+              and "logits" not in r[1] and "second gathered layer" not in r[1]]
     assert {r[3] for r in states} == {"DeepSpeed estimate_zero3_model_states_mem_needs"}
+    # beyond the estimator: the value backbone's own largest layer, gathered with its gradient in the backward
+    second = [r for r in rows if "second gathered layer" in r[1]]
+    assert len(second) == 1 and second[0][2] == pytest.approx(4 * model_shape(QWEN).largest_layer_params / GIB,
+                                                              abs=0.01)
     # the estimator itself, on the meta-built counts: one engine trains the policy and the value model
     from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
 

@@ -201,6 +201,7 @@ class PPOTrainer:
             self.model = build_policy_and_value(p, self.init_path, self.resume_from, self.device, self.zero3)
         self.ref = build_reference(p, self.ref_path, self.init_path, self.ds_config, self.zero3, self.device)
         self.optimizer, self.scheduler, self.policy_params, self.value_params = build_optimizer(p, self.model)
+        t_setup = time.perf_counter()  # the set-up's stages are timed: a slow start says which one
         if self.deepspeed:
             import deepspeed
 
@@ -210,6 +211,8 @@ class PPOTrainer:
                                                                     config=self.ds_config)
             if self.resume_from is not None:
                 self.model.load_checkpoint(str(self.resume_from / "deepspeed"), load_module_strict=True)
+            log.info("DeepSpeed engine (ZeRO-%d) ready in %.1f s", self.model.zero_optimization_stage(),
+                     time.perf_counter() - t_setup)
         if self.resume_from is not None:
             load_optimizer_and_scheduler(self.resume_from, None if self.deepspeed else self.optimizer,
                                          self.scheduler)
@@ -218,9 +221,13 @@ class PPOTrainer:
         llm_cfg = asdict(inputs.rollout_llm)
         llm_cfg["model"] = self.init_path
         llm_cfg["init"] = p.policy_init  # random: the engine's own draw is replaced by the policy's right below
+        t_setup = time.perf_counter()
         self.engine = RolloutEngine(llm_cfg, self.run_dir, sync=p.rollout_sync, sleep=p.rollout_sleep)
+        log.info("rollout engine built in %.1f s", time.perf_counter() - t_setup)
         if self.resume_from is not None or p.policy_init == "random":
+            t_setup = time.perf_counter()
             self.engine.sync(self._policy_weights(), self.tokenizer)
+            log.info("rollout engine given the policy's weights in %.1f s", time.perf_counter() - t_setup)
         self.env = CrawlEnv(self.store, self.search, self.env_cfg, tokenizer=self.engine.tokenizer)
         self.sampler = QuerySampler(len(self.train_queries), p.seed)
         self.expand_rng = random.Random(p.seed * 7919 + self.rank)
