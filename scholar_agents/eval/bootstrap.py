@@ -90,3 +90,30 @@ def paired_diff(a: Sequence[float], b: Sequence[float], cfg: BootstrapConfig = B
     if cfg.samples and len(d) >= 2:
         ci = _interval(d[_indices(len(d), cfg)].mean(axis=1), cfg.level)
     return PairedDiff(len(d), float(xa.mean()), float(xb.mean()), float(d.mean()), ci)
+
+
+def auc_diff_by_query(labels: Sequence[bool], a: Sequence[float], b: Sequence[float], groups: Sequence[str],
+                      cfg: BootstrapConfig = BootstrapConfig()) -> PairedDiff:
+    """ROC AUC(a) − AUC(b) on the same labelled pairs, with a cluster-bootstrap interval: whole queries (``groups``)
+    are resampled, so the pairs of one query move together, and both scorers are read on the same resample. A
+    resample with one class only is skipped (counted in neither AUC)."""
+    from scholar_agents.eval.metrics import roc_auc
+
+    y = np.asarray(labels, dtype=bool)
+    sa, sb = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if not (len(y) == len(sa) == len(sb) == len(groups)):
+        raise ValueError("labels, both scores and groups must have equal length")
+    keys = list(dict.fromkeys(groups))
+    members = [np.flatnonzero(np.asarray([g == k for g in groups])) for k in keys]
+    auc_a, auc_b = roc_auc(y, sa), roc_auc(y, sb)
+    ci = None
+    if cfg.samples and len(keys) >= 2:
+        diffs = []
+        for row in _indices(len(keys), cfg):
+            idx = np.concatenate([members[i] for i in row])
+            if y[idx].all() or not y[idx].any():
+                continue
+            diffs.append(roc_auc(y[idx], sa[idx]) - roc_auc(y[idx], sb[idx]))
+        if diffs:
+            ci = _interval(np.asarray(diffs), cfg.level)
+    return PairedDiff(len(keys), float(auc_a), float(auc_b), float(auc_a - auc_b), ci)

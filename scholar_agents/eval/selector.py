@@ -23,9 +23,10 @@ from typing import Optional, Sequence
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from scholar_agents.eval.bootstrap import auc_diff_by_query
 from scholar_agents.eval.metrics import binary_metrics, reliability_curve, roc_auc
 from scholar_agents.pasa.selector import SelectorPair
-from scholar_agents.pasa.selector_factory import build_selector, selector_kind
+from scholar_agents.pasa.selector_factory import build_selector, needs_llm, selector_kind
 from scholar_agents.validation import jsonl_records
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,8 @@ def markdown_report(name: str, m: dict, meta: dict, baselines: Optional[dict[str
     rows = [
         f"# Selector evaluation: {name}",
         "",
-        f"- data: `{meta['data']}` ({m['n']} pairs, {m['positives']} positive)",
+        f"- data: `{meta['data']}` ({m['n']} pairs, {m['positives']} positive; queries asked in the "
+        f"{meta.get('phrasing', 'original')} phrasing)",
         f"- model: `{meta['model']}` (backend {meta['backend']}), threshold {m['threshold']}, "
         f"normalize={meta['normalize']}, max_abstract_chars={meta['max_abstract_chars']}",
         f"- scoring: {meta['pairs_per_second']:.2f} pairs/s ({meta['score_seconds']:.1f} s)",
@@ -158,6 +160,14 @@ def markdown_report(name: str, m: dict, meta: dict, baselines: Optional[dict[str
                  ("Baselines: AUC and the best-F1 ranking read the raw score; F1 / precision / recall at 0.5 and the "
                   "best-F1 threshold read it min-max scaled over this eval set (no per-query normalisation). "
                   f"The Selector's row is at its own threshold ({m['threshold']}).")]
+        diffs = [(b, bm["auc_diff"]) for b, bm in baselines.items() if bm.get("auc_diff")]
+        if diffs:
+            rows += ["", "| Selector AUC − baseline AUC | difference | 95 % interval (queries resampled) | verdict |",
+                     "|---|---:|---|---|"]
+            for b, d in diffs:
+                ci = f"{d['ci'][0]:+.3f} to {d['ci'][1]:+.3f}" if d.get("ci") else "n/a"
+                rows.append(f"| vs {meta.get('baseline_labels', {}).get(b, b)} ({d['n']} queries) | "
+                            f"{d['diff']:+.3f} | {ci} | {d['verdict']} |")
     return "\n".join(rows) + "\n"
 
 
@@ -177,8 +187,15 @@ def selector(cfg: DictConfig) -> dict:
     out = run_dir(cfg)
     with reading("data.path", path):
         pairs = load_labelled_pairs(path, cfg.data.format, limit)
+    phrasing = str(cfg.data.get("phrasing") or "original")
+    if phrasing != "original":  # the same pairs, each query asked in a request form (data_gen.request_forms)
+        import dataclasses
+
+        from scholar_agents.data_gen.request_forms import rewrite
+
+        pairs = [dataclasses.replace(p, query=rewrite(p.query, phrasing)) for p in pairs]
     labels = np.array([p.label for p in pairs], dtype=bool)
-    cross = selector_kind(cfg.selector) == "cross_encoder"  # no LLM: the encoder in selector.model scores
+    cross = not needs_llm(cfg.selector)  # no LLM: the cross-encoder / embedding Selector in selector.model scores
     llm = None if cross else build_llm(cfg.llm)
     try:
         sel = build_selector(cfg.selector, lambda: llm)
@@ -190,12 +207,15 @@ def selector(cfg: DictConfig) -> dict:
             llm.close()
     scores = sel.scores_from_probs(probs)
     model = str(cfg.selector.model) if cross else str(cfg.llm.model)
-    backend = "cross_encoder" if cross else str(cfg.llm.backend)
+    backend = selector_kind(cfg.selector) if cross else str(cfg.llm.backend)
     name = cfg.name or model
     metrics = evaluate_scores(labels, scores, sel.threshold, n_bins=cfg.n_bins)
     raw_baselines, baselines, baseline_labels = _baselines(cfg, pairs, labels)
+    groups = [p.qid or p.query for p in pairs]
+    for b, v in raw_baselines.items():  # the Selector's AUC minus each baseline's, whole queries resampled
+        baselines[b]["auc_diff"] = auc_diff_by_query(labels, scores, v, groups).to_dict()
     meta = {
-        "name": name, "data": str(cfg.data.path), "model": model, "backend": backend,
+        "name": name, "data": str(cfg.data.path), "phrasing": phrasing, "model": model, "backend": backend,
         "normalize": sel.normalize, "max_abstract_chars": sel.max_abstract_chars,
         "decision_mass_mean": float(probs.sum(axis=1).mean()),
         "score_seconds": seconds, "pairs_per_second": len(pairs) / max(seconds, 1e-9),

@@ -36,11 +36,13 @@ class SelectorConfig:
     """How the Selector decides. Presets: ``conf/selector/*.yaml``."""
 
     # llm = PaSa's decision-token Selector on ``llm`` / ``selector_llm`` (the default); cross_encoder = a fine-tuned
-    # encoder with a 1-logit head read as P(relevant) (ours, issue 37: ``pasa.cross_encoder``, no LLM), from ``model``.
+    # encoder with a 1-logit head read as P(relevant) (ours, issue 37: ``pasa.cross_encoder``, no LLM), from ``model``;
+    # embedding = the embedder's cosine through a fitted query adapter and calibration (ours, issue 37:
+    # ``pasa.embedding_selector``, no LLM), from ``model``.
     kind: str = "llm"
-    model: Optional[str] = None  # cross_encoder: the directory ``train selector_cross_encoder`` wrote
+    model: Optional[str] = None  # cross_encoder / embedding: the directory its `scholar train selector_*` wrote
     max_length: int = 256  # cross_encoder: tokens of "query [SEP] title + abstract"
-    # PaSa §4.3: select when P("True") >= 0.5. null: the cross-encoder's threshold fitted on its dev split
+    # PaSa §4.3: select when P("True") >= 0.5. null: the cross-encoder's / embedding Selector's threshold fitted on its dev split
     # (selector_meta.json); the LLM Selector reads null as 0.5.
     threshold: Optional[float] = 0.5
     # Ours (switch): score = P("True") / (P("True") + P("False")), i.e. "True" beats "False". A fine-tuned Selector
@@ -110,7 +112,8 @@ def parse_judgement(text: str) -> Judgement:
 class PaperJudge(abc.ABC):
     """What every Selector offers its callers (the agent's ranking, ``accept_many`` in the PPO reward, ``eval
     selector``), built on one method, :meth:`score`: P(relevant) per pair, the decision AND the rank. The LLM
-    Selector (below) and the cross-encoder (``pasa.cross_encoder``) implement it."""
+    Selector (below), the cross-encoder (``pasa.cross_encoder``) and the embedding Selector
+    (``pasa.embedding_selector``) implement it."""
 
     threshold: float
 

@@ -1,0 +1,158 @@
+"""``scholar train selector_embedding``: fit the embedding Selector (ours, issue 37; ``pasa/embedding_selector.py``)
+on labelled <query, paper> pairs (``pairs_train.jsonl`` of ``scripts/build_selector_eval_pairs.py``).
+
+Every text is encoded once by the frozen embedder (the embedded MiniLM); what is fitted is the query adapter ``W``
+(from the identity, with an L2 pull back to it: ``λ·||W − I||²``) and the calibration (a, b), by full-batch Adam on
+the positive-weighted BCE of sigmoid(a·cos(W·q, d) + b). The TRAIN queries are split again by query: ``dev_fraction``
+of them never enter the gradient; they choose λ among ``l2_grid`` — and ``identity`` (W = I, only a and b fitted: the
+zero-shot cosine, calibrated) competes on the same footing, so the adapter ships only where it beats the zero-shot
+ranking on dev — and then fit the decision threshold (best F1). Seconds on a CPU core.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from scholar_agents.pasa.cross_encoder import pair_text
+from scholar_agents.pasa.embedding_selector import EmbeddingSelector, save_adapter, unit_rows
+from scholar_agents.pasa.selector import SelectorPair, truncate_abstract
+from scholar_agents.train.selector_cross_encoder import fit_threshold, split_by_query
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EmbeddingSelectorTrainConfig:
+    embedder: str = "embedded:minilm"
+    l2_grid: list = field(default_factory=lambda: [1.0, 0.1, 0.01, 0.001])  # λ candidates; dev AUC picks one
+    include_identity: bool = True  # W = I (the zero-shot cosine, calibrated) competes with the adapters on dev
+    steps: int = 300  # full-batch Adam steps
+    learning_rate: float = 1e-2
+    max_abstract_chars: Optional[int] = 600
+    dev_fraction: float = 0.2  # of the TRAIN queries: model choice and threshold, never trained on
+    pos_weight: Optional[float] = None  # BCE weight of positives; null = n_neg / n_pos
+    seed: int = 0
+
+
+def fit_adapter(q: np.ndarray, d: np.ndarray, y: np.ndarray, l2: Optional[float], steps: int, lr: float,
+                pos_weight: float, seed: int = 0) -> tuple[np.ndarray, float, float, list[float]]:
+    """(W, a, b, losses) minimising the weighted BCE of sigmoid(a·cos(W·q, d) + b) + l2·||W − I||² from W = I;
+    ``l2=None`` keeps W = I and fits a and b only."""
+    import torch
+
+    torch.manual_seed(seed)
+    dim = q.shape[1]
+    eye = torch.eye(dim)
+    qt, dt = torch.tensor(q, dtype=torch.float32), torch.tensor(d, dtype=torch.float32)
+    yt = torch.tensor(y, dtype=torch.float32)
+    W = torch.nn.Parameter(eye.clone(), requires_grad=l2 is not None)
+    a, b = torch.nn.Parameter(torch.tensor(10.0)), torch.nn.Parameter(torch.tensor(-5.0))
+    opt = torch.optim.Adam([W, a, b] if l2 is not None else [a, b], lr=lr)
+    pw = torch.tensor(pos_weight)
+    losses = []
+    for _ in range(steps):
+        sims = torch.nn.functional.cosine_similarity(qt @ W, dt)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(a * sims + b, yt, pos_weight=pw)
+        if l2 is not None:
+            loss = loss + l2 * ((W - eye) ** 2).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return W.detach().numpy().astype(np.float32), a.item(), b.item(), losses
+
+
+def _vectors(embedder, pairs: Sequence[SelectorPair], max_chars: Optional[int]) -> tuple[np.ndarray, np.ndarray]:
+    queries = list(dict.fromkeys(p.query for p in pairs))
+    docs = [pair_text(p.title, truncate_abstract(p.abstract, max_chars)) for p in pairs]
+    uniq = list(dict.fromkeys(docs))
+    qv = unit_rows(embedder.encode(queries, kind="query", show_progress=len(queries) > 500))
+    dv = unit_rows(embedder.encode(uniq, kind="doc", show_progress=len(uniq) > 500))
+    qi, di = {x: i for i, x in enumerate(queries)}, {x: i for i, x in enumerate(uniq)}
+    return qv[[qi[p.query] for p in pairs]], dv[[di[x] for x in docs]]
+
+
+def train_embedding_selector(pairs: Sequence[SelectorPair], out_dir: str | Path, cfg: EmbeddingSelectorTrainConfig,
+                             embedder=None) -> dict:
+    """Fit on ``pairs`` (labelled), choose λ and the threshold on a by-query dev split; write ``out_dir``."""
+    from scholar_agents.eval.metrics import roc_auc
+
+    if not pairs:
+        raise ValueError("no training pairs")
+    if any(p.label is None for p in pairs):
+        raise ValueError("every training pair needs a label")
+    if embedder is None:
+        from scholar_agents.llm.config import EmbedderConfig
+        from scholar_agents.llm.embedder import build_embedder
+
+        embedder = build_embedder(EmbedderConfig(model=cfg.embedder))
+    train, dev = split_by_query(pairs, cfg.dev_fraction, cfg.seed)
+    if not dev:
+        raise ValueError("train.dev_fraction must leave at least one query for dev (it chooses λ and the threshold)")
+    ytr = np.array([bool(p.label) for p in train], dtype=np.float32)
+    ydev = np.array([bool(p.label) for p in dev])
+    n_pos, n_neg = int(ytr.sum()), int(len(ytr) - ytr.sum())
+    if n_pos == 0 or n_neg == 0:
+        raise ValueError(f"the training split needs both labels, got {n_pos} positive / {n_neg} negative")
+    pos_weight = cfg.pos_weight if cfg.pos_weight is not None else n_neg / n_pos
+    t0 = time.perf_counter()
+    qtr, dtr = _vectors(embedder, train, cfg.max_abstract_chars)
+    qdev, ddev = _vectors(embedder, dev, cfg.max_abstract_chars)
+    encode_s = time.perf_counter() - t0
+    zero_shot_dev_auc = roc_auc(ydev, np.einsum("ij,ij->i", qdev, ddev))
+    candidates = ([None] if cfg.include_identity else []) + [float(x) for x in cfg.l2_grid]
+    if not candidates:
+        raise ValueError("train.l2_grid is empty and train.include_identity=false: nothing to fit")
+    grid, best = [], None
+    for l2 in candidates:
+        W, a, b, losses = fit_adapter(qtr, dtr, ytr, l2, cfg.steps, cfg.learning_rate, pos_weight, cfg.seed)
+        sims = np.einsum("ij,ij->i", unit_rows(qdev @ W), ddev)
+        auc = roc_auc(ydev, sims)
+        row = {"l2": l2, "dev_auc": auc, "final_loss": losses[-1]}
+        grid.append(row)
+        log.info("λ %s: dev AUC %.4f (zero-shot %.4f), loss %.4f", "identity" if l2 is None else f"{l2:g}", auc,
+                 zero_shot_dev_auc, losses[-1])
+        if best is None or auc > best[0]["dev_auc"] + 1e-12:
+            best = (row, W, a, b)
+    row, W, a, b = best
+    selector = EmbeddingSelector(embedder, W, a, b, threshold=0.5, max_abstract_chars=cfg.max_abstract_chars)
+    dev_fit = fit_threshold(ydev, selector.probability(np.einsum("ij,ij->i", unit_rows(qdev @ W), ddev)))
+    meta = {
+        "kind": "embedding",
+        "embedder": cfg.embedder,
+        "threshold": float(dev_fit["threshold"]),
+        "adapter": "identity (zero-shot cosine, calibrated)" if row["l2"] is None else f"query adapter, λ {row['l2']:g}",
+        "dev": {**dev_fit, "zero_shot_auc": zero_shot_dev_auc, "queries": len({p.qid or p.query for p in dev})},
+        "grid": grid,
+        "train": {"pairs": len(train), "positives": n_pos, "queries": len({p.qid or p.query for p in train}),
+                  "pos_weight": pos_weight, "encode_seconds": encode_s,
+                  "seconds": time.perf_counter() - t0},
+        "config": asdict(cfg),
+    }
+    out = save_adapter(out_dir, W, a, b, meta)
+    log.info("embedding Selector -> %s: %s, threshold %.3f (dev AUC %.3f vs zero-shot %.3f; F1 %.3f, P %.3f, "
+             "R %.3f)", out, meta["adapter"], meta["threshold"], dev_fit["auc"], zero_shot_dev_auc, dev_fit["f1"],
+             dev_fit["precision"], dev_fit["recall"])
+    return {"output_dir": str(out), **meta}
+
+
+def selector_embedding(cfg) -> dict:
+    """The Hydra task: ``train.train_file`` (pairs JSONL) -> ``train.output_dir``."""
+    from omegaconf import OmegaConf
+
+    from scholar_agents.eval.selector import load_labelled_pairs
+    from scholar_agents.validation import existing_file, reading
+
+    path = existing_file(cfg.train.get("train_file"), "train.train_file")
+    with reading("train.train_file", path):
+        pairs = load_labelled_pairs(path, "pairs", cfg.train.get("limit"))
+    node = OmegaConf.to_container(cfg.train, resolve=True)
+    tcfg = EmbeddingSelectorTrainConfig(**{k: v for k, v in node.items()
+                                           if k in EmbeddingSelectorTrainConfig.__dataclass_fields__})
+    return train_embedding_selector(pairs, str(cfg.train.output_dir), tcfg)
