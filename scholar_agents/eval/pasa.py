@@ -43,7 +43,7 @@ from scholar_agents.eval.pasa_report import write_report
 from scholar_agents.eval.pasa_rows import (
     CandidateCounter, RowSpec, agent_rows, gold_in_store, row_specs, search_rows, settings_of, teacher_rows,
 )
-from scholar_agents.eval.pasa_stats import comparisons, crawler_pairs, summarize
+from scholar_agents.eval.pasa_stats import comparisons, crawler_pairs, ranking_pairs, summarize
 from scholar_agents.pasa.queries import ScholarQuery
 from scholar_agents.pasa.trajectory import write_trajectories
 from scholar_agents.validation import jsonl_records
@@ -262,6 +262,7 @@ def pasa(cfg: DictConfig) -> dict:
         common = (len(shared), summarize({n: [r for r in rs if r["qid"] in shared] for n, rs in rows.items()}, boot))
     comps = comparisons(rows, boot, k=min(cfg.ks))
     cpairs = crawler_pairs(rows, boot)
+    rpairs = ranking_pairs(rows, boot)
     labels = {s.name: s.label or s.name for s in specs}
     meta = {
         "queries": f"{cfg.queries.path} ({len(queries)} queries with gold papers; offset {cfg.queries.offset}, "
@@ -273,10 +274,10 @@ def pasa(cfg: DictConfig) -> dict:
         "rows": [OmegaConf.to_container(r, resolve=True) if isinstance(r, DictConfig) else r for r in cfg.rows],
         "wall time (s)": round(time.time() - t_start, 1),
     }
-    md = write_report(out, summary, labels, meta, common, comps, boot, cpairs)
+    md = write_report(out, summary, labels, meta, common, comps, boot, cpairs, rpairs)
     (out / "summary.json").write_text(json.dumps(
         {"summary": summary, "common_queries": common and {"n": common[0], "summary": common[1]},
-         "comparisons": comps, "crawler_pairs": cpairs, "meta": meta}, indent=2, default=str))
+         "comparisons": comps, "crawler_pairs": cpairs, "ranking_pairs": rpairs, "meta": meta}, indent=2, default=str))
     metrics_bars({labels[n]: s for n, s in summary.items()}, out / "metrics.png")
     pts = {labels[n]: [(r["actions"], r["crawler_recall"]) for r in rs if r.get("actions") is not None]
            for n, rs in rows.items()}

@@ -84,6 +84,26 @@ def recall_at_depth(ranks: Sequence[int], n_gold: int, k: int) -> float:
     return sum(r <= k for r in ranks) / n_gold
 
 
+def ndcg_at_k(gold: Iterable[str], ranking: Sequence[str], k: int) -> float:
+    """Binary-relevance nDCG@k (Järvelin & Kekäläinen 2002): Σ rel_i / log2(i + 1) over the top k, over the ideal
+    list's (min(k, |gold|) relevant papers first)."""
+    import math
+
+    g = _gold(gold)
+    if not g:
+        raise ValueError("nDCG of a query without gold papers is undefined")
+    dcg = sum(1.0 / math.log2(i + 2) for i, p in enumerate(ranking[:k]) if norm_id(p) in g)
+    ideal = sum(1.0 / math.log2(i + 2) for i in range(min(k, len(g))))
+    return dcg / ideal
+
+
+RANK_K = 10  # what a user reads first (issue 37 item 3: recall@10 and nDCG@10 of the final list)
+
+
+def top_metrics(gold: Sequence[str], ranking: Sequence[str], k: int = RANK_K) -> dict[str, float]:
+    return {f"recall_at_{k}": recall_at_k(gold, ranking, k), f"ndcg_at_{k}": ndcg_at_k(gold, ranking, k)}
+
+
 def ranking_metrics(gold: Sequence[str], ranking: Sequence[str], ks: Sequence[int] = RECALL_KS) -> dict[str, float]:
     return {f"recall_at_{k}": recall_at_k(gold, ranking, k) for k in ks}
 

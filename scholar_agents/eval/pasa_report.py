@@ -48,6 +48,17 @@ def _fmt_diff(d: Optional[dict]) -> str:
     return f"{d['mean_a']:.3f} vs {d['mean_b']:.3f}: **{d['diff']:+.3f}**{rng}, {d['verdict']}"
 
 
+def ranking_table(pairs: Sequence[dict], labels: dict[str, str]) -> str:
+    if not pairs:
+        return ""
+    lines = ["| Agent row | Final list ordered by | Queries | recall@10: this order vs crawl order | "
+             "nDCG@10: this order vs crawl order |", "|---|---|---:|---|---|"]
+    for c in pairs:
+        lines.append(f"| {labels.get(c['row'], c['row'])} | {c['ranking']} | {c['queries']} | "
+                     f"{_fmt_diff(c['recall_at_10'])} | {_fmt_diff(c['ndcg_at_10'])} |")
+    return "\n".join(lines) + "\n"
+
+
 def comparisons_table(comps: Sequence[dict], labels: dict[str, str]) -> str:
     if not comps:
         return ""
@@ -137,7 +148,8 @@ def markdown_table(summary: dict[str, dict], labels: dict[str, str]) -> str:
 
 def write_report(out: Path, summary: dict[str, dict], labels: dict[str, str], meta: dict,
                  common: Optional[tuple[int, dict[str, dict]]] = None, comps: Sequence[dict] = (),
-                 boot: BootstrapConfig = BootstrapConfig(), cpairs: Sequence[dict] = ()) -> str:
+                 boot: BootstrapConfig = BootstrapConfig(), cpairs: Sequence[dict] = (),
+                 rpairs: Sequence[dict] = ()) -> str:
     level = f"{boot.level:.0%}"
     text = ["# PaSa evaluation", "",
             f"Mean over queries, with the {level} percentile-bootstrap interval of the mean in brackets "
@@ -161,6 +173,11 @@ def write_report(out: Path, summary: dict[str, dict], labels: dict[str, str], me
     if cpairs:
         text += ["## Crawler rows against each other, paired on the same queries", "",
                  crawler_pairs_table(cpairs, labels)]
+    if rpairs:
+        text += ["## Ranking the final list: the Selector's order and the fusion against the crawl's order", "",
+                 "The same crawl and the same Selector scores, ordered three ways (`agent.ranking`: selector | crawl "
+                 "| fusion, `pasa/ranking.py`); recall@10 and nDCG@10 of the top 10, paired over the row's queries. "
+                 "The row's own order is in its recall@k columns above.", "", ranking_table(rpairs, labels)]
     text += ["## Setting", ""]
     for k, v in meta.items():
         text.append(f"- **{k}**: {v if not isinstance(v, (dict, list)) else json.dumps(v)}")

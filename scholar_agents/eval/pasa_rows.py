@@ -48,6 +48,7 @@ class RowSpec:
     instructed_prompts: Optional[bool] = None  # agent: override crawler.env.instructed_prompts (untrained models)
     use_selector: Optional[bool] = None  # agent: override agent.use_selector
     ensemble: Optional[int] = None  # agent: override agent.ensemble
+    ranking: Optional[str] = None  # agent: override agent.ranking (selector | crawl | fusion)
     label: Optional[str] = None  # shown in the table (default: name)
     limit: Optional[int] = None  # run this row on the first N queries only (slow agents next to cheap searches)
     # false = search the whole corpus (set by ``setting``, not by hand); null = crawler.env.search_date_filter
@@ -178,6 +179,25 @@ def search_rows(rankings: Sequence[Sequence[str]], queries: Sequence[ScholarQuer
     return out
 
 
+def orderings_metrics(gold: Sequence[str], result) -> dict[str, float]:
+    """recall@10 and nDCG@10 of the agent's papers in each order of ``pasa/ranking.py`` (``<ranking>_recall_at_10``,
+    ``<ranking>_ndcg_at_10``): the same crawl and the same scores, ordered three ways (issue 37 item 3). Empty
+    without Selector scores or gold."""
+    from scholar_agents.eval.pasa_metrics import gold_count, top_metrics
+    from scholar_agents.pasa.ranking import RANKINGS, order
+
+    if not gold_count(gold) or any(p.score is None for p in result.papers):
+        return {}
+    score = {p.paper_id: p.score for p in result.papers}
+    crawl = result.queue_ids
+    scores = [score[pid] for pid in crawl]
+    out = {}
+    for how in RANKINGS:
+        ranked = [crawl[i] for i in order(scores, how)]
+        out.update({f"{how}_{k}": v for k, v in top_metrics(gold, ranked).items()})
+    return out
+
+
 def agent_rows(results, queries: Sequence[ScholarQuery], in_store: dict[str, int],
                candidates: Optional[Sequence[int]] = None, fallback_search: bool = False) -> list[dict]:
     """``fallback_search``: whether the row ran with crawler.env.fallback_search (else ``fallback`` is None)."""
@@ -192,6 +212,7 @@ def agent_rows(results, queries: Sequence[ScholarQuery], in_store: dict[str, int
             gen_tokens=sum(t.gen_tokens for t in trajs), wall_s=r.crawl_seconds + r.select_seconds,
             **agent_metrics(q.gold_ids, r.queue_ids, selected, ranking))
         d = m.to_dict()
+        d.update(orderings_metrics(q.gold_ids, r))
         d["grammar_errors"] = r.to_dict()["grammar_errors"]
         d["action_statuses"] = r.to_dict()["action_statuses"]
         d["stopped_by"] = [t.stopped_by for t in trajs]

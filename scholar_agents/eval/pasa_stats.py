@@ -109,3 +109,22 @@ def crawler_pairs(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = B
                             "crawler_recall": paired_diff([a["crawler_recall"] for a, _ in pairs],
                                                           [b["crawler_recall"] for _, b in pairs], boot).to_dict()})
     return out
+
+
+def ranking_pairs(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = BootstrapConfig()) -> list[dict]:
+    """For each agent row with Selector scores: the Selector's order and the fusion against the crawl's own order,
+    recall@10 and nDCG@10 of the final list, paired over the row's queries (issue 37 item 3)."""
+    from scholar_agents.eval.pasa_metrics import RANK_K
+
+    out = []
+    for name, rows in rows_by_name.items():
+        rows = [r for r in rows if r.get(f"crawl_recall_at_{RANK_K}") is not None]
+        if not rows:
+            continue
+        for how in ("selector", "fusion"):
+            entry = {"row": name, "ranking": how, "queries": len(rows)}
+            for m in (f"recall_at_{RANK_K}", f"ndcg_at_{RANK_K}"):
+                entry[m] = paired_diff([r[f"{how}_{m}"] for r in rows], [r[f"crawl_{m}"] for r in rows],
+                                       boot).to_dict()
+            out.append(entry)
+    return out

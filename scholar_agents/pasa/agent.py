@@ -19,6 +19,8 @@ import numpy as np
 from scholar_agents.pasa.crawl_env import CrawlEnv
 from scholar_agents.pasa.crawler import Crawler, crawl
 from scholar_agents.pasa.queries import ScholarQuery
+from scholar_agents.pasa.ranking import check_ranking
+from scholar_agents.pasa.ranking import order as rank_order
 from scholar_agents.pasa.selector import Selector, SelectorPair
 from scholar_agents.pasa.trajectory import QueryTrajectory
 
@@ -36,6 +38,9 @@ class AgentConfig:
     # With an event hook (the live page): the Selector scores in micro-batches sized to take about this long, with
     # an event between them, so a cancel waits at most about one of them (issue 39: <= 2 s). Without a hook, one call.
     event_batch_s: float = 1.0
+    # The order of the returned papers (pasa/ranking.py): selector (PaSa §4.3, the paper presets) | crawl | fusion
+    # (reciprocal-rank fusion of both). "selected" is the Selector's decision in every order.
+    ranking: str = "selector"
 
 
 @dataclass
@@ -55,7 +60,7 @@ class AgentResult:
     qid: str
     query: str
     before: Optional[str]
-    papers: list[RankedPaper]  # ranked: Selector score descending (crawl order without Selector)
+    papers: list[RankedPaper]  # in agent.ranking's order (crawl order without Selector)
     trajectories: list[QueryTrajectory]
     crawl_seconds: float = 0.0  # this query's share of the batched crawl (wall time / queries)
     select_seconds: float = 0.0
@@ -163,6 +168,7 @@ class PaSaAgent:
             raise ValueError("an ensemble of greedy crawler runs repeats one run: set crawler.policy.temperature > 0")
         if self.cfg.use_selector and selector is None:
             raise ValueError("use_selector=true needs a Selector")
+        check_ranking(self.cfg.ranking)
 
     def _score_in_timed_batches(self, pairs: list, on_event: Callable[[str, dict], None]) -> np.ndarray:
         """The Selector's scores in micro-batches of about ``cfg.event_batch_s`` each (the first of 2 pairs sets the
@@ -219,10 +225,10 @@ class PaSaAgent:
             ranked = []
             for (pid, (depth, found)), s in zip(m.items(), sc):
                 p = papers[pid]
-                selected = True if s is None else s >= self.selector.threshold
+                selected = True if s is None else bool(self.selector.marks_selected and s >= self.selector.threshold)
                 ranked.append(RankedPaper(pid, p.title, p.date, s, selected, depth, found))
-            if self.cfg.use_selector:  # stable: ties keep crawl order
-                ranked.sort(key=lambda r: -r.score)
+            if self.cfg.use_selector:  # agent.ranking: the Selector's order, the crawl's, or their fusion
+                ranked = [ranked[i] for i in rank_order([r.score for r in ranked], self.cfg.ranking)]
             results.append(AgentResult(q.qid, q.question, q.before, ranked, trajs, crawl_s, select_s))
         if self.cfg.rationales and self.cfg.use_selector:
             self._add_rationales(results, papers)

@@ -169,5 +169,5 @@ class CrossEncoderSelector(PaperJudge):
                 rationale = f"Evidence, the abstract's sentences closest to the query: {evidence}"
             else:
                 rationale = "No abstract: the decision reads the title alone."
-            out.append(Judgement(decision=decision, rationale=rationale, text=f"{head} {rationale}"))
+            out.append(Judgement(decision=decision, rationale=rationale, text=f"{head} {rationale}", score=float(s)))
         return out

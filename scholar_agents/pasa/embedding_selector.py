@@ -31,6 +31,14 @@ log = logging.getLogger(__name__)
 
 META_FILE = "selector_meta.json"
 ADAPTER_FILE = "adapter.safetensors"
+# What `selector=embedding` loads by default (selector.model=bundled): fitted by scripts/selector_embedding.sh SHIP=1,
+# its card (README.md) holds the held-out table.
+BUNDLED = "bundled"
+BUNDLED_DIR = Path(__file__).resolve().parents[1] / "assets" / "selector_embedding"
+
+
+def resolve_model_dir(model: Optional[str]) -> Path:
+    return BUNDLED_DIR if model in (None, "", BUNDLED) else Path(model)
 
 
 def unit_rows(x: np.ndarray) -> np.ndarray:
@@ -55,7 +63,8 @@ def load_adapter(model_dir: str | Path) -> tuple[np.ndarray, float, float, dict]
     model_dir = Path(model_dir)
     if not (model_dir / ADAPTER_FILE).is_file():
         raise FileNotFoundError(f"selector.model: no embedding Selector at {model_dir} ({ADAPTER_FILE} missing); "
-                                "train one with `scholar train selector_embedding`")
+                                "train one with `scholar train selector_embedding` (selector.model=bundled: the one "
+                                "the package ships)")
     t = load_file(str(model_dir / ADAPTER_FILE))
     meta = json.loads((model_dir / META_FILE).read_text()) if (model_dir / META_FILE).is_file() else {}
     W = t["W"]
@@ -106,11 +115,8 @@ class EmbeddingSelector(PaperJudge):
 
     @classmethod
     def from_config(cls, cfg) -> "EmbeddingSelector":
-        if not cfg.get("model"):
-            raise ValueError("selector.kind=embedding needs selector.model=<dir written by "
-                             "`scholar train selector_embedding`> (the bundled one: selector=embedding)")
-        return cls.load(str(cfg.model), threshold=cfg.threshold, max_abstract_chars=cfg.max_abstract_chars,
-                        memo_size=cfg.memo_size)
+        return cls.load(resolve_model_dir(cfg.get("model")), threshold=cfg.threshold,
+                        max_abstract_chars=cfg.max_abstract_chars, memo_size=cfg.memo_size)
 
     # ---- scoring ----
 
@@ -179,5 +185,5 @@ class EmbeddingSelector(PaperJudge):
                 rationale = f"Evidence, the abstract's sentences closest to the query: {evidence}"
             else:
                 rationale = "No abstract: the decision reads the title alone."
-            out.append(Judgement(decision=decision, rationale=rationale, text=f"{head} {rationale}"))
+            out.append(Judgement(decision=decision, rationale=rationale, text=f"{head} {rationale}", score=float(s)))
         return out

@@ -14,6 +14,7 @@ from typing import Any, Mapping, Optional, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from scholar_agents.typed_config import typed
+from scholar_agents.pasa.selector_factory import describe_selector
 
 
 log = logging.getLogger(__name__)
@@ -248,6 +249,8 @@ class Resources:
                 agent_cfg.use_selector = spec.use_selector
             if spec.ensemble is not None:
                 agent_cfg.ensemble = spec.ensemble
+            if getattr(spec, "ranking", None) is not None:
+                agent_cfg.ranking = spec.ranking
             if getattr(spec, "search_date_filter", None) is not None:  # eval pasa's setting (whole corpus or not)
                 env_cfg.search_date_filter = spec.search_date_filter
             if getattr(spec, "fallback_search", None) is not None:  # eval pasa: the agent as `pasa search` runs it
@@ -297,8 +300,7 @@ class Resources:
                          if self.cfg.search.get("dense_before") else ""),
             "crawler": f"{self.cfg.llm.model} ({self.cfg.llm.backend})" + (
                 f" + LoRA adapter {adapter} ({why})" if adapter else f" (no adapter: {why})"),
-            "selector": f"{(self.cfg.get('selector_llm') or self.cfg.llm).model}, threshold "
-                        f"{self.cfg.selector.threshold}",
+            "selector": describe_selector(self.cfg.selector, str((self.cfg.get('selector_llm') or self.cfg.llm).model)),
             **({"live backends": self.live_stats()} if self.live else {}),
             "crawler env": OmegaConf.to_container(self.cfg.crawler.env, resolve=True),
             "crawler policy": _resolved_policy(OmegaConf.to_container(self.cfg.crawler.policy, resolve=True), adapter),

@@ -56,6 +56,10 @@ class SelectorConfig:
     rationale_max_new_tokens: int = 256  # judge(): decision + rationale generation
     # Remember this many (query, title, abstract) scores: PPO rollouts meet the same papers again and again.
     memo_size: int = 100_000
+    # Ours (issue 37 item 2): false = the agent ranks by the score but marks nothing "selected" (a Selector without a
+    # card whose held-out precision beats the base rate: the base SmolLM2's `cpu` preset). PPO's reward (Eq. 4)
+    # still reads the threshold.
+    marks_selected: bool = True
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,10 @@ class Judgement:
     decision: Optional[bool]
     rationale: str
     text: str
+    # the rationale argues for the other decision (it opens with the opposite decision word, or, for a rationale
+    # generated after a forced decision, says so in its first words): shown as such, never beside "yes"
+    disagrees: bool = False
+    score: Optional[float] = None  # the P(relevant) the decision was read from, where the judge scored it
 
 
 def truncate_abstract(abstract: str, max_chars: Optional[int]) -> str:
@@ -97,6 +105,17 @@ def truncate_abstract(abstract: str, max_chars: Optional[int]) -> str:
 # "True\nReason: ...", "Decision: False. Reason: ...", "**True** because ..." -> the decision word that comes first.
 _DECISION_RE = re.compile(r"^\W*(?:decision\W*)?(true|false)\b", re.IGNORECASE)
 _REASON_RE = re.compile(r"^\W*reason(?:ing)?\s*:\s*", re.IGNORECASE)
+
+
+_AGAINST_RE = re.compile(r"^\W*(?:false|no\b|not\s+(?:relevant|related|satisf|meet|match)|(?:the\s+)?paper\s+"
+                         r"(?:is\s+not|does\s+not|doesn't)|irrelevant|unrelated)", re.IGNORECASE)
+_FOR_RE = re.compile(r"^\W*(?:true|yes\b)", re.IGNORECASE)
+
+
+def reason_disagrees(decision: bool, reason: str) -> bool:
+    """Whether a reason written after ``decision`` opens by taking the other side (a first-words check, no
+    model: it flags what a reader would see at once, not every subtle disagreement)."""
+    return bool(_AGAINST_RE.match(reason)) if decision else bool(_FOR_RE.match(reason))
 
 
 def parse_judgement(text: str) -> Judgement:
@@ -116,6 +135,7 @@ class PaperJudge(abc.ABC):
     (``pasa.embedding_selector``) implement it."""
 
     threshold: float
+    marks_selected: bool = True  # SelectorConfig.marks_selected: whether the agent shows decisions at all
 
     @abc.abstractmethod
     def score(self, pairs: Sequence[SelectorPair], show_progress: bool = False) -> np.ndarray:
@@ -171,9 +191,11 @@ class Selector(PaperJudge):
 
     @classmethod
     def from_config(cls, llm: LLM, cfg) -> "Selector":
-        return cls(llm, threshold=0.5 if cfg.threshold is None else cfg.threshold, normalize=cfg.normalize, batch_size=cfg.batch_size,
-                   max_abstract_chars=cfg.max_abstract_chars, rationale_max_new_tokens=cfg.rationale_max_new_tokens,
-                   memo_size=cfg.memo_size)
+        sel = cls(llm, threshold=0.5 if cfg.threshold is None else cfg.threshold, normalize=cfg.normalize,
+                  batch_size=cfg.batch_size, max_abstract_chars=cfg.max_abstract_chars,
+                  rationale_max_new_tokens=cfg.rationale_max_new_tokens, memo_size=cfg.memo_size)
+        sel.marks_selected = bool(cfg.get("marks_selected", True))
+        return sel
 
     # ---- prompts ----
 
@@ -214,21 +236,38 @@ class Selector(PaperJudge):
 
     # ---- generation: decision + rationale ----
 
-    def judge(self, pairs: Sequence[SelectorPair], max_new_tokens: Optional[int] = None) -> list[Judgement]:
-        """Generate the decision and its rationale (greedy) and parse them. Answers that break the format are
-        counted in ``self.unparsed`` and logged, never raised."""
+    def judge(self, pairs: Sequence[SelectorPair], max_new_tokens: Optional[int] = None,
+              decision_first: bool = True) -> list[Judgement]:
+        """The decision and its rationale (greedy). ``decision_first`` (default; issue 37 item 4): the decision is
+        the one the ranking used, P("True") >= threshold from the same single forward pass, written into the
+        answer as PaSa's template begins it (``True\nReason:``), and the model generates only the reason after it,
+        so "why?" can never show a rationale for a decision the list did not make. A reason whose first words take
+        the other side ("False", "not relevant", ...) is marked ``disagrees``. ``decision_first=False``: the model
+        writes the whole answer and it is parsed (answers that break the format are counted in ``self.unparsed``
+        and logged, never raised)."""
         params = SamplingParams(max_new_tokens=max_new_tokens or self.rationale_max_new_tokens, temperature=0.0)
         out: list[Judgement] = []
+        scores = self.score(pairs) if decision_first and pairs else None
         for start in range(0, len(pairs), self.batch_size):
             chunk = pairs[start:start + self.batch_size]
-            gens = self.llm.generate([self.messages(p) for p in chunk], params)
-            for pair, gen in zip(chunk, gens):
-                j = parse_judgement(gen.text)
-                if j.decision is None:
-                    self.unparsed += 1
-                    log.warning("selector answer without a leading decision (query %r, title %r): %r",
-                                pair.query[:60], pair.title[:60], gen.text[:120])
-                out.append(j)
+            if scores is None:
+                gens = self.llm.generate([self.messages(p) for p in chunk], params)
+                for pair, gen in zip(chunk, gens):
+                    j = parse_judgement(gen.text)
+                    if j.decision is None:
+                        self.unparsed += 1
+                        log.warning("selector answer without a leading decision (query %r, title %r): %r",
+                                    pair.query[:60], pair.title[:60], gen.text[:120])
+                    out.append(j)
+                continue
+            decided = [bool(s >= self.threshold) for s in scores[start:start + len(chunk)]]
+            heads = [f"{SELECTOR_TRUE if d else SELECTOR_FALSE}\nReason:" for d in decided]
+            prompts = [self.llm.render(self.messages(p)) + h for p, h in zip(chunk, heads)]
+            gens = self.llm.generate(prompts, params)
+            for d, h, s, gen in zip(decided, heads, scores[start:start + len(chunk)], gens):
+                reason = gen.text.strip()
+                out.append(Judgement(decision=d, rationale=reason, text=f"{h} {reason}",
+                                     disagrees=reason_disagrees(d, reason), score=float(s)))
         return out
 
     # ---- memo ----

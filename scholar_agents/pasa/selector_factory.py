@@ -34,3 +34,43 @@ def build_selector(cfg, llm_factory=None):
     if llm_factory is None:
         raise ValueError("selector.kind=llm needs an LLM")
     return Selector.from_config(llm_factory(), cfg)
+
+
+def describe_selector(cfg, llm_model: str = "?") -> str:
+    """One line on what decides "selected", read from the config and the model card without loading a model:
+    which Selector, its threshold and where the threshold comes from, and its held-out figures where it has a card
+    (issue 37 item 2). ``llm_model``: the Selector LLM's model (``selector_llm.model``) for ``kind=llm``."""
+    import json
+    from pathlib import Path
+
+    kind = selector_kind(cfg)
+    threshold = cfg.get("threshold")
+    if kind == "llm":
+        t = 0.5 if threshold is None else threshold
+        if not cfg.get("marks_selected", True):
+            return (f"LLM Selector {llm_model} (decision token first, PaSa Table 15): ranks by P(True) and marks "
+                    f"nothing selected (no card showing held-out precision above the base rate; "
+                    f"selector.marks_selected=true applies PaSa's P(True) >= {t:g})")
+        return (f"LLM Selector {llm_model} (decision token first, PaSa Table 15): selected = P(True) >= {t:g} "
+                f"(PaSa §4.3; no card with held-out precision)")
+    if kind == "embedding":
+        from scholar_agents.pasa.embedding_selector import resolve_model_dir
+
+        model_dir = resolve_model_dir(cfg.get("model"))
+        name = "embedding Selector (MiniLM + query adapter)"
+    else:
+        model_dir = Path(str(cfg.get("model")))
+        name = "cross-encoder Selector"
+    meta_path = Path(model_dir) / "selector_meta.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    fitted = meta.get("threshold")
+    t = fitted if threshold is None else threshold
+    source = "fitted on its dev split" if threshold is None and fitted is not None else "set by selector.threshold"
+    line = f"{name} {model_dir}: selected = P(relevant) >= {t:.3f} ({source})" if t is not None else \
+        f"{name} {model_dir}: no threshold (no card at {meta_path})"
+    held = [r for r in meta.get("heldout", []) if r.get("phrasing") == "original"]
+    if held:
+        r = held[0]
+        line += (f"; held-out ({r['miner']} negatives): precision {r['precision']:.2f}, recall {r['recall']:.2f}, "
+                 f"AUC {r['auc']:.3f} vs zero-shot cosine {r['cosine_auc']:.3f}")
+    return line

@@ -38,6 +38,9 @@ class EmbeddingSelectorTrainConfig:
     dev_fraction: float = 0.2  # of the TRAIN queries: model choice and threshold, never trained on
     pos_weight: Optional[float] = None  # BCE weight of positives; null = n_neg / n_pos
     seed: int = 0
+    # Ours: every TRAIN pair also in these request forms (data_gen.request_forms), the query rewritten, the paper and
+    # label the same: the adapter sees how people ask, not only AutoScholarQuery's phrasing. Dev stays as written.
+    augment_forms: list = field(default_factory=list)
 
 
 def fit_adapter(q: np.ndarray, d: np.ndarray, y: np.ndarray, l2: Optional[float], steps: int, lr: float,
@@ -93,6 +96,13 @@ def train_embedding_selector(pairs: Sequence[SelectorPair], out_dir: str | Path,
 
         embedder = build_embedder(EmbedderConfig(model=cfg.embedder))
     train, dev = split_by_query(pairs, cfg.dev_fraction, cfg.seed)
+    if cfg.augment_forms:
+        import dataclasses
+
+        from scholar_agents.data_gen.request_forms import rewrite
+
+        train = train + [dataclasses.replace(p, query=rewrite(p.query, form))
+                         for form in cfg.augment_forms for p in train]
     if not dev:
         raise ValueError("train.dev_fraction must leave at least one query for dev (it chooses λ and the threshold)")
     ytr = np.array([bool(p.label) for p in train], dtype=np.float32)
@@ -131,6 +141,8 @@ def train_embedding_selector(pairs: Sequence[SelectorPair], out_dir: str | Path,
         "dev": {**dev_fit, "zero_shot_auc": zero_shot_dev_auc, "queries": len({p.qid or p.query for p in dev})},
         "grid": grid,
         "train": {"pairs": len(train), "positives": n_pos, "queries": len({p.qid or p.query for p in train}),
+                  # every query whose pairs fitted something here (train and dev): evaluations exclude them
+                  "qids": sorted({p.qid for p in pairs if p.qid}),
                   "pos_weight": pos_weight, "encode_seconds": encode_s,
                   "seconds": time.perf_counter() - t0},
         "config": asdict(cfg),

@@ -55,6 +55,7 @@ def overrides(cache, arxiv_url, llm_url, corpus):
             f"search.arxiv_api.endpoint={arxiv_url}/api/query", "search.arxiv_api.min_interval_s=0",
             "search.arxiv_api.page_size=2", f"expand.ar5iv.endpoints=['{arxiv_url}/html/{{id}}']",
             "expand.ar5iv.min_interval_s=0", "llm=openai_server", "llm@selector_llm=openai_server",
+            "selector=cpu",  # the LLM Selector, answered by the fake server (the order below is its P("True"))
             *[f"llm.{o}" for o in llm], *[f"selector_llm.{o}" for o in llm],
             "crawler.policy.constrained=false", "crawler.env.search_k=3", "crawler.env.max_sessions=3",
             "query=low rank adaptation of language models", "before=2021-09-30"]

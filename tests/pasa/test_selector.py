@@ -79,10 +79,34 @@ def test_abstract_truncation_is_applied_to_the_prompt(tiny_llm):
 
 def test_judge_generates_and_counts_unparsed(tiny_llm):
     sel = Selector(tiny_llm, rationale_max_new_tokens=8)
-    judged = sel.judge(PAIRS[:2])
+    judged = sel.judge(PAIRS[:2], decision_first=False)
     assert len(judged) == 2
     # A random tiny model does not follow the format: every such answer is counted, none raises.
     assert sel.unparsed == sum(j.decision is None for j in judged)
+
+
+def test_why_shows_the_decision_the_ranking_used(tiny_llm):
+    """Issue 37 item 4: the decision is P("True") >= threshold from the scoring pass, written first; the model only
+    writes the reason after it, so even a random model's "why?" cannot contradict "selected"."""
+    sel = Selector(tiny_llm, rationale_max_new_tokens=8)
+    scores = sel.score(PAIRS[:4])
+    sel.threshold = float(np.median(scores))
+    judged = sel.judge(PAIRS[:4])
+    assert [j.decision for j in judged] == [bool(s >= sel.threshold) for s in scores]
+    assert [j.score for j in judged] == pytest.approx(list(scores))
+    assert all(j.text.startswith("True\nReason:" if j.decision else "False\nReason:") for j in judged)
+    assert sel.unparsed == 0
+
+
+def test_a_reason_that_argues_the_other_way_is_flagged():
+    from scholar_agents.pasa.selector import reason_disagrees
+
+    assert reason_disagrees(True, "False. The paper studies bread.")
+    assert reason_disagrees(True, "The paper is not about graph learning.")
+    assert reason_disagrees(True, "not relevant to the query")
+    assert not reason_disagrees(True, "The paper proposes a graph network, as asked.")
+    assert reason_disagrees(False, "True, it matches the query.")
+    assert not reason_disagrees(False, "The paper studies a different task.")
 
 
 @pytest.mark.slow
@@ -184,3 +208,17 @@ def test_a_fine_tuned_selector_dir_is_served_by_vllm_as_is(tiny_model_dir, tmp_p
         finally:
             served.close()
     np.testing.assert_allclose(got, expected, atol=1e-3)
+
+
+def test_the_base_llm_selector_ranks_but_marks_nothing_selected(tiny_llm):
+    """Issue 37 item 2: the `cpu` preset (base SmolLM2, no card) does not mark "selected"; the output says so; the
+    paper's preset keeps PaSa's P(True) >= 0.5."""
+    from scholar_agents.hydra_app import compose
+    from scholar_agents.pasa.selector_factory import describe_selector
+
+    cpu = compose("pasa_search", ["selector=cpu"]).selector
+    assert Selector.from_config(tiny_llm, cpu).marks_selected is False
+    assert "marks nothing selected" in describe_selector(cpu, "embedded:smollm2")
+    paper = compose("pasa_search", ["selector=pasa"]).selector
+    assert Selector.from_config(tiny_llm, paper).marks_selected is True
+    assert "P(True) >= 0.5" in describe_selector(paper, "pasa-7b-selector")

@@ -12,6 +12,7 @@ from typing import Callable, Optional
 
 from omegaconf import DictConfig
 
+from scholar_agents.pasa.selector_factory import describe_selector
 from scholar_agents.pasa.queries import ScholarQuery, load_pasa_queries
 from scholar_agents.pasa.serve.jobs import Cancelled, Job
 from scholar_agents.papers.ids import norm_id
@@ -51,6 +52,30 @@ def _model_fact(model: str) -> dict:
             "size": human_count(n)}
 
 
+def _selector_name(cfg: DictConfig) -> str:
+    """The Selector's model as the page names it: the LLM's, or the embedding / cross-encoder model directory."""
+    kind = str(cfg.selector.get("kind", "llm"))
+    if kind == "llm":
+        return str((cfg.get("selector_llm") or cfg.llm).model)
+    if kind == "embedding":
+        from scholar_agents.pasa.embedding_selector import BUNDLED_DIR, resolve_model_dir
+
+        d = resolve_model_dir(cfg.selector.get("model"))
+        return "embedding Selector (bundled)" if d == BUNDLED_DIR else f"embedding Selector {d}"
+    return f"cross-encoder {cfg.selector.get('model')}"
+
+
+def _selector_fact(cfg: DictConfig) -> dict:
+    kind = str(cfg.selector.get("kind", "llm"))
+    if kind == "llm":
+        return _model_fact(str((cfg.get("selector_llm") or cfg.llm).model))
+    from scholar_agents.llm.embedder import resolve_embedder_path
+    from scholar_agents.llm.model_files import human_count, parameter_count
+
+    n = parameter_count(resolve_embedder_path("embedded:minilm"))  # both no-LLM Selectors are MiniLM-sized
+    return {"name": _selector_name(cfg), "params": n, "size": human_count(n)}
+
+
 def corpus_facts(cfg: DictConfig) -> dict:
     """The facts of :meth:`SearchService.corpus` (a store that is not built yet is said to be so)."""
     from scholar_agents.papers.store import PaperStore
@@ -59,7 +84,7 @@ def corpus_facts(cfg: DictConfig) -> dict:
     facts: dict = {"name": str(papers.get("name") or "?"), "store": str(papers.store), "built": False,
                    "search": str(cfg.search.kind), "expand": str(cfg.expand.kind) if cfg.get("expand") else "store",
                    "crawler": _model_fact(str(cfg.llm.model)),
-                   "selector": _model_fact(str((cfg.get("selector_llm") or cfg.llm).model)), "bigger": BIGGER}
+                   "selector": _selector_fact(cfg), "bigger": BIGGER}
     if Path(str(papers.store)).is_file():
         with PaperStore(str(papers.store), readonly=True) as store:
             st = store.stats()
@@ -118,7 +143,8 @@ class SearchService:
         c = self.cfg
         env = c.crawler.env
         return {"search": str(c.search.kind), "expand": str(c.expand.kind) if c.get("expand") else "store",
-                "crawler": str(c.llm.model), "selector": str((c.get("selector_llm") or c.llm).model),
+                "crawler": str(c.llm.model), "selector": _selector_name(c),
+                "selector_line": describe_selector(c.selector, str((c.get("selector_llm") or c.llm).model)),
                 "budgets": {k: env.get(k) for k in ("max_actions", "max_queue", "max_sessions", "max_gen_tokens")},
                 "max_depth": env.max_depth, "date_filter": bool(env.date_filter),
                 "loaded": self._agent is not None, "load_seconds": self.load_seconds, "load_error": self.load_error}
@@ -233,4 +259,4 @@ class SearchService:
             if paper is None:
                 raise KeyError(paper_id)
             [j] = agent.selector.judge([SelectorPair.of(query, paper)])
-            return {"decision": j.decision, "rationale": j.rationale}
+            return {"decision": j.decision, "rationale": j.rationale, "disagrees": j.disagrees, "score": j.score}

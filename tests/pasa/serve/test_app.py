@@ -89,7 +89,10 @@ def test_a_search_streams_its_crawl_and_ends_in_the_ranked_list(app_client):
     # the Selector's rationale on demand, for a paper of the results only
     pid = result["papers"][0]["paper_id"]
     why = client.get(f"/api/search/{job}/rationale", params={"paper_id": pid})
-    assert why.status_code == 200 and set(why.json()) == {"decision", "rationale"}
+    assert why.status_code == 200 and set(why.json()) == {"decision", "rationale", "disagrees", "score"}
+    # "why?" shows the decision and score the list used (issue 37 item 4)
+    assert why.json()["decision"] == result["papers"][0]["selected"]
+    assert why.json()["score"] == pytest.approx(result["papers"][0]["score"])
     bad = client.get(f"/api/search/{job}/rationale", params={"paper_id": "../../etc/passwd"})
     assert bad.status_code == 400 and "not in the results" in bad.json()["error"]
 

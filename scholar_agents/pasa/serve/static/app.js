@@ -55,6 +55,7 @@ function loadSetting() {
     $("setting").textContent = `search=${s.search} · expand=${s.expand} · crawler ${s.crawler.split("/").pop()} · ` +
       `selector ${s.selector.split("/").pop()} · budgets: ${b.max_sessions} sessions, ${b.max_actions} actions, ` +
       `${b.max_queue} papers · ${s.loaded ? `loaded in ${s.load_seconds} s` : (s.load_error ? "load failed" : "loading models…")}`;
+    $("selector-line").textContent = s.selector_line ? `"selected": ${s.selector_line}` : "";
     if (s.load_error) showError(`loading the agent failed: ${s.load_error}`);
     if (!s.loaded && !s.load_error) setTimeout(loadSetting, 2000);
   }).catch(showError);
@@ -160,7 +161,7 @@ function showResult(r) {
     why.onclick = () => {
       why.disabled = true; why.textContent = "…";
       api(`/api/search/${current.id}/rationale?paper_id=${encodeURIComponent(p.paper_id)}`).then((j) => {
-        row.after(el("tr", {}, el("td", {}), el("td", { colspan: 5, class: "rationale" }, `Selector: ${j.decision == null ? "(no True/False decision parsed)" : j.decision ? "True" : "False"}. ${j.rationale}`)));
+        row.after(el("tr", {}, el("td", {}), el("td", { colspan: 5, class: "rationale" }, rationaleText(j))));
         why.remove();
       }).catch((e) => { showError(e); why.disabled = false; why.textContent = "why?"; });
     };
@@ -279,3 +280,11 @@ function compare(q, rows) {
 }
 
 loadSetting();
+
+// "why?": the decision the list made (and its score), then the reason; a reason that argues the other way says so
+function rationaleText(j) {
+  const decision = j.decision == null ? "(no True/False decision parsed)" : j.decision ? "True" : "False";
+  const score = j.score == null ? "" : ` (P ${j.score.toFixed(2)})`;
+  const against = j.disagrees ? " The reason below argues the other way; the decision is the score's:" : "";
+  return `Selector: ${decision}${score}.${against} ${j.rationale}`;
+}
