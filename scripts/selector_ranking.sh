@@ -39,6 +39,7 @@ print(f"dev {min(len(train), int(n_dev))} queries, held-out {len(held)} (the Sel
 PYEOF
 ROW="{name: agent, method: agent, fallback_search: true, label: 'Agent + embedding Selector'}"
 for split in dev heldout; do
+  mkdir -p "$OUT/$split"
   "$PY" -m scholar_agents eval pasa papers=shared_corpus queries.path="$OUT/${split}_queries.jsonl" search=bm25 \
     setting=date_filtered selector=embedding selector.model="$MODEL" crawler.env.max_actions=5 \
     crawler.env.max_sessions=4 chunk_queries=10 resume_dir="$OUT/$split" "rows=[$ROW]" "$@"
