@@ -35,6 +35,8 @@ def drive_page(driver, url: str, query: str, before: str, run_path: str, rows: t
     corpus = find(By.ID, "corpus").text  # issue 39 item 1: what the page searches, and how to search more
     assert corpus.startswith("Searching corpus") and " papers from " in corpus and "with sections" in corpus, corpus
     assert "papers=" in corpus and "arxiv_api" in corpus
+    # issue 37 item 2: what "selected" means, from the Selector's card (or that it marks nothing)
+    assert find(By.ID, "selector-line").text.startswith('"selected": '), find(By.ID, "selector-line").text
     # a bad date: one line in the page, nothing queued
     find(By.ID, "query").send_keys(query)
     find(By.ID, "before").send_keys("2023-02-30")
@@ -147,7 +149,7 @@ def test_more_like_this_and_page_searches_as_runs_in_a_real_browser(tiny_server,
 
 @pytest.mark.slow
 def test_the_embedded_defaults_in_a_real_browser(tmp_path_factory, browser):
-    """SmolLM2 + the shipped Crawler adapter and SmolLM2 as Selector, search=auto, the sample corpus: what
+    """SmolLM2 + the shipped Crawler adapter and the embedding Selector, search=auto, the sample corpus: what
     `scholar pasa serve` runs with no override. The run dir: `eval pasa` on the same defaults (search-only vs agent)
     on one dev query."""
     from scholar_agents.eval.pasa import pasa
