@@ -168,22 +168,31 @@ def _selector_section(out: Path) -> list[str]:
     """The base and the tuned Selector on the held-out pairs, beside the zero-shot baselines (issue 17 item 3)."""
     from scholar_agents.eval.selector import scorer_table
 
-    names = ("eval_selector_base", "eval_selector_tuned")
+    names = ("eval_selector_base", "eval_selector_tuned", "eval_selector_embedding")
     found = {n: json.loads((out / n / "metrics.json").read_text())
              for n in names if (out / n / "metrics.json").is_file()}
     if not found:
         return []
-    scorers = [(f"Selector: {d['meta'].get('name', n)}", d["metrics"]) for n, d in found.items()]
     first = next(iter(found.values()))
+    scorers = [(f"Selector: {d['meta'].get('name', n)}"
+                + (f" ({d['metrics']['n']} of the pairs)" if d["metrics"]["n"] != first["metrics"]["n"] else ""),
+                d["metrics"]) for n, d in found.items()]
     labels = first["meta"].get("baseline_labels", {})
     scorers += [(labels.get(b, b), m) for b, m in (first.get("baselines") or {}).items()]
     n = first["metrics"].get("n")
     verdict = ""
-    if "eval_selector_tuned" in found and first.get("baselines"):
-        tuned = found["eval_selector_tuned"]["metrics"]["auc"]
-        best_b = max(first["baselines"].items(), key=lambda kv: kv[1]["auc"])
-        verdict = (f" The tuned Selector's AUC {tuned:.3f} is **{'above' if tuned > best_b[1]['auc'] else 'below'}** "
-                   f"the best zero-shot baseline ({labels.get(best_b[0], best_b[0])}, {best_b[1]['auc']:.3f}).")
+    for stage, what in (("eval_selector_tuned", "tuned SmolLM2 Selector"),
+                        ("eval_selector_embedding", "embedding Selector (the CPU default)")):
+        d = found.get(stage)
+        if d is None or not d.get("baselines"):
+            continue
+        best_b = max(d["baselines"].items(), key=lambda kv: kv[1]["auc"])
+        auc = d["metrics"]["auc"]
+        dropped = d["meta"].get("excluded_fitted_pairs")
+        on = f" on {d['metrics']['n']} pairs ({dropped} of queries it was fitted on left out)" if dropped else ""
+        verdict += (f" The {what}'s AUC {auc:.3f}{on} is **{'above' if auc > best_b[1]['auc'] else 'below'}** the "
+                    f"best zero-shot baseline on the same pairs ({labels.get(best_b[0], best_b[0])}, "
+                    f"{best_b[1]['auc']:.3f}).")
     return ["", "## Selector on held-out pairs, beside zero-shot baselines", "",
             f"{n} (query, paper) pairs of queries not used for Selector training.{verdict}", "",
             *scorer_table(scorers)]

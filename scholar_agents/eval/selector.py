@@ -139,7 +139,9 @@ def markdown_report(name: str, m: dict, meta: dict, baselines: Optional[dict[str
         f"# Selector evaluation: {name}",
         "",
         f"- data: `{meta['data']}` ({m['n']} pairs, {m['positives']} positive; queries asked in the "
-        f"{meta.get('phrasing', 'original')} phrasing)",
+        f"{meta.get('phrasing', 'original')} phrasing"
+        + (f"; {meta['excluded_fitted_pairs']} pairs of queries the Selector was fitted on left out"
+           if meta.get("excluded_fitted_pairs") else "") + ")",
         f"- model: `{meta['model']}` (backend {meta['backend']}), threshold {m['threshold']}, "
         f"normalize={meta['normalize']}, max_abstract_chars={meta['max_abstract_chars']}",
         f"- scoring: {meta['pairs_per_second']:.2f} pairs/s ({meta['score_seconds']:.1f} s)",
@@ -194,11 +196,23 @@ def selector(cfg: DictConfig) -> dict:
         from scholar_agents.data_gen.request_forms import rewrite
 
         pairs = [dataclasses.replace(p, query=rewrite(p.query, phrasing)) for p in pairs]
-    labels = np.array([p.label for p in pairs], dtype=bool)
     cross = not needs_llm(cfg.selector)  # no LLM: the cross-encoder / embedding Selector in selector.model scores
     llm = None if cross else build_llm(cfg.llm)
     try:
         sel = build_selector(cfg.selector, lambda: llm)
+        excluded = 0
+        fitted = set(((getattr(sel, "meta", None) or {}).get("train") or {}).get("qids") or [])
+        if fitted and cfg.data.get("exclude_fitted", True):  # never score a model on the queries it was fitted on
+            kept = [p for p in pairs if not (p.qid and p.qid in fitted)]
+            excluded = len(pairs) - len(kept)
+            if not kept:
+                raise ValueError(f"every pair of {path} is of a query {cfg.selector.get('model')} was fitted on "
+                                 "(its selector_meta.json train.qids): nothing held out to evaluate")
+            if excluded:
+                log.info("data.exclude_fitted: %d of %d pairs dropped (queries the Selector was fitted on)",
+                         excluded, len(pairs))
+            pairs = kept
+        labels = np.array([p.label for p in pairs], dtype=bool)
         t0 = time.perf_counter()
         probs = sel.probs(pairs, show_progress=True)
         seconds = time.perf_counter() - t0
@@ -215,7 +229,8 @@ def selector(cfg: DictConfig) -> dict:
     for b, v in raw_baselines.items():  # the Selector's AUC minus each baseline's, whole queries resampled
         baselines[b]["auc_diff"] = auc_diff_by_query(labels, scores, v, groups).to_dict()
     meta = {
-        "name": name, "data": str(cfg.data.path), "phrasing": phrasing, "model": model, "backend": backend,
+        "name": name, "data": str(cfg.data.path), "phrasing": phrasing, "excluded_fitted_pairs": excluded,
+        "model": model, "backend": backend,
         "normalize": sel.normalize, "max_abstract_chars": sel.max_abstract_chars,
         "decision_mass_mean": float(probs.sum(axis=1).mean()),
         "score_seconds": seconds, "pairs_per_second": len(pairs) / max(seconds, 1e-9),

@@ -162,3 +162,24 @@ def test_eval_selector_asks_the_pairs_in_a_request_form(tmp_path, embedder):
     assert set(out["baselines"]) == {"minilm_cosine", "bm25"}
     assert out["baselines"]["minilm_cosine"]["auc_diff"]["diff"] == pytest.approx(0.0, abs=1e-9)  # W = I: same rank
     assert "Selector AUC − baseline AUC" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_eval_selector_leaves_out_the_queries_the_selector_was_fitted_on(tmp_path, embedder):
+    from scholar_agents.eval.selector import selector as eval_selector
+
+    pairs = partner_pairs(TEMPLATES[:3], "f")
+    fitted = sorted({p.qid for p in pairs})[:5]
+    save_adapter(tmp_path / "m", np.eye(embedder.dim, dtype=np.float32), 3.0, -1.0,
+                 {"threshold": 0.5, "train": {"qids": fitted}})
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps({"query": p.query, "title": p.title, "abstract": p.abstract, "label": p.label,
+                                        "qid": p.qid}) + "\n" for p in pairs))
+    base = ["selector=embedding", f"selector.model={tmp_path / 'm'}", "baselines=[]", f"data.path={data}"]
+    out = eval_selector(compose("eval_selector", [*base, f"paths.output_dir={tmp_path / 'a'}"]))
+    left_out = sum(p.qid in fitted for p in pairs)
+    assert out["meta"]["excluded_fitted_pairs"] == left_out > 0
+    assert out["metrics"]["n"] == len(pairs) - left_out
+    assert f"{left_out} pairs of queries the Selector was fitted on left out" in (tmp_path / "a" / "report.md").read_text()
+    every = eval_selector(compose("eval_selector", [*base, "data.exclude_fitted=false",
+                                                    f"paths.output_dir={tmp_path / 'b'}"]))
+    assert every["metrics"]["n"] == len(pairs)
