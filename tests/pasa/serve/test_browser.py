@@ -70,6 +70,9 @@ def drive_page(driver, url: str, query: str, before: str, run_path: str, rows: t
     rows_seen[0].find_element(By.CSS_SELECTOR, "button.why").click()
     _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#results td.rationale"), timeout, "a rationale")
     t_rationale = time.perf_counter() - t0 - t_final
+    why = driver.find_elements(By.CSS_SELECTOR, "#results td.rationale")[0].text
+    # issue 37 item 4: the decision and score the list used, then the reason or the evidence
+    assert why.startswith(("Selector: True (P ", "Selector: False (P ")), why
     driver.save_screenshot(str(shots / "pasa_serve_search.png"))
     # the runs view: a run's table, then one query's crawls side by side
     find(By.ID, "tab-runs").click()
