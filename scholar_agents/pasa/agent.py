@@ -252,7 +252,7 @@ def results_table(result: AgentResult, top: Optional[int] = 20, width: int = 80)
     note = result.crawl_note()
     if note:
         head += f"**{note}**\n\n"
-    cols = ["#", 'P("True")', "selected", "date", "paper", "title"] + (["rationale"] if with_rationale else [])
+    cols = ["#", 'P(relevant)', "selected", "date", "paper", "title"] + (["rationale"] if with_rationale else [])
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for i, p in enumerate(rows, 1):
         title = p.title if len(p.title) <= width else p.title[: width - 1] + "…"

@@ -54,11 +54,13 @@ def describe_selector(cfg, llm_model: str = "?") -> str:
         return (f"LLM Selector {llm_model} (decision token first, PaSa Table 15): selected = P(True) >= {t:g} "
                 f"(PaSa §4.3; no card with held-out precision)")
     if kind == "embedding":
-        from scholar_agents.pasa.embedding_selector import resolve_model_dir
+        from scholar_agents.pasa.embedding_selector import BUNDLED_DIR, resolve_model_dir
 
         model_dir = resolve_model_dir(cfg.get("model"))
-        name = "embedding Selector (MiniLM + query adapter)"
+        name = "embedding Selector (MiniLM + query adapter)" + (", bundled" if model_dir == BUNDLED_DIR else "")
     else:
+        from scholar_agents.pasa.embedding_selector import BUNDLED_DIR
+
         model_dir = Path(str(cfg.get("model")))
         name = "cross-encoder Selector"
     meta_path = Path(model_dir) / "selector_meta.json"
@@ -66,8 +68,9 @@ def describe_selector(cfg, llm_model: str = "?") -> str:
     fitted = meta.get("threshold")
     t = fitted if threshold is None else threshold
     source = "fitted on its dev split" if threshold is None and fitted is not None else "set by selector.threshold"
-    line = f"{name} {model_dir}: selected = P(relevant) >= {t:.3f} ({source})" if t is not None else \
-        f"{name} {model_dir}: no threshold (no card at {meta_path})"
+    where = "" if kind == "embedding" and model_dir == BUNDLED_DIR else f" {model_dir}"
+    line = f"{name}{where}: selected = P(relevant) >= {t:.3f} ({source})" if t is not None else \
+        f"{name}{where}: no threshold (no card at {meta_path})"
     held = [r for r in meta.get("heldout", []) if r.get("phrasing") == "original"]
     if held:
         r = held[0]

@@ -150,7 +150,7 @@ function showResult(r) {
   if (expandNote) expandNoteShown = true;
   $("note").textContent = [expandNote, r.note].filter((x) => x).join(" · ");
   const t = $("results");
-  t.replaceChildren(el("tr", {}, ...["#", 'P("True")', "selected", "date", "paper", ""].map((h) => el("th", {}, h))));
+  t.replaceChildren(el("tr", {}, ...["#", 'P(relevant)', "selected", "date", "paper", ""].map((h) => el("th", {}, h))));
   r.papers.forEach((p, i) => {
     const why = r.cancelled ? el("span", {}, "") : el("button", { type: "button", class: "why" }, "why?");
     const more = el("button", { type: "button", class: "more", title: "a crawl that starts from this paper" }, "more like this");
