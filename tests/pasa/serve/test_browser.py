@@ -150,6 +150,35 @@ def test_more_like_this_and_page_searches_as_runs_in_a_real_browser(tiny_server,
     assert any(title[:40] in x for x in labels) and any("graph neural networks for molecules" in x for x in labels)
 
 
+def cancel_in_the_page(driver, url: str, shots: Path) -> float:
+    """Issue 39 item 2 in the browser: Cancel during a SmolLM2 crawl ends the search as "cancelled" and keeps what
+    was crawled, in crawl order; returns the seconds from the click to the cancelled line (bench/serve_cancel.py
+    measures it per phase)."""
+    from selenium.webdriver.common.by import By
+
+    find = driver.find_element
+    find(By.ID, "tab-search").click()
+    find(By.ID, "query").clear()
+    find(By.ID, "query").send_keys("Which papers use reinforcement learning to fine-tune language models?")
+    find(By.ID, "before").clear()
+    find(By.ID, "submit").click()
+    _wait(driver, lambda d: find(By.ID, "status").text.startswith("crawling"), 120, "the crawl to start")
+    t0 = time.perf_counter()
+    find(By.ID, "cancel").click()
+    _wait(driver, lambda d: find(By.ID, "status").text.startswith(("cancelled", "failed")) or
+          "papers crawled" in find(By.ID, "status").text, 120, "the end of the cancelled search")
+    seconds = time.perf_counter() - t0
+    status = find(By.ID, "status").text
+    assert status.startswith("cancelled"), status  # not run to its end
+    assert not find(By.ID, "cancel").is_displayed()
+    kept = driver.find_elements(By.CSS_SELECTOR, "#results tr.paper-row")
+    if "papers crawled before the cancel" in status:  # whatever the crawl had, shown, marked, no "why?"
+        assert kept and all("cancelled" in r.text for r in kept)
+        assert not driver.find_elements(By.CSS_SELECTOR, "#results button.why")
+    driver.save_screenshot(str(shots / "pasa_serve_cancelled.png"))
+    return round(seconds, 2)
+
+
 @pytest.mark.slow
 def test_the_embedded_defaults_in_a_real_browser(tmp_path_factory, browser):
     """SmolLM2 + the shipped Crawler adapter and the embedding Selector, search=auto, the sample corpus: what
@@ -170,5 +199,6 @@ def test_the_embedded_defaults_in_a_real_browser(tmp_path_factory, browser):
     with serve_process(tmp_path_factory.mktemp("default_serve"), overrides) as url:
         times = drive_page(browser, url, "Which papers study graph neural networks for molecular property prediction?",
                            "2023-01-01", "eval_pasa/defaults", ("agent", "search"), shots, timeout=240)
+        times["cancel_s"] = cancel_in_the_page(browser, url, shots)
     print("embedded defaults:", json.dumps(times))
     (shots / "pasa_serve_timings.json").write_text(json.dumps(times, indent=1) + "\n")
