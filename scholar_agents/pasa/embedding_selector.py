@@ -11,25 +11,21 @@ vectors, and a dense index built from them, stay as they are.
 
 The model directory: ``adapter.safetensors`` (``W`` [dim, dim], ``a``, ``b``; float32) and ``selector_meta.json``
 (the embedder it was fitted on, the threshold fitted on dev, dev precision / recall / F1 / AUC, the training
-record). ``judge`` writes no text: its evidence is the abstract's sentences nearest the adapted query, with scores.
+record). The memo, ``probs`` and ``judge`` (evidence sentences nearest the adapted query, no generated text) are
+:class:`~scholar_agents.pasa.pair_judge.PairJudge`'s, shared with the cross-encoder.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-from collections import OrderedDict
 from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
 
-from scholar_agents.pasa.cross_encoder import pair_text, split_sentences
-from scholar_agents.pasa.selector import Judgement, PaperJudge, SelectorPair, truncate_abstract
+from scholar_agents.pasa.pair_judge import META_FILE, PairJudge, read_meta
 
-log = logging.getLogger(__name__)
 
-META_FILE = "selector_meta.json"
 ADAPTER_FILE = "adapter.safetensors"
 # What `selector=embedding` loads by default (selector.model=bundled): fitted by scripts/selector_embedding.sh SHIP=1,
 # its card (README.md) holds the held-out table.
@@ -66,40 +62,27 @@ def load_adapter(model_dir: str | Path) -> tuple[np.ndarray, float, float, dict]
                                 "train one with `scholar train selector_embedding` (selector.model=bundled: the one "
                                 "the package ships)")
     t = load_file(str(model_dir / ADAPTER_FILE))
-    meta = json.loads((model_dir / META_FILE).read_text()) if (model_dir / META_FILE).is_file() else {}
+    meta = read_meta(model_dir)
     W = t["W"]
     if W.ndim != 2 or W.shape[0] != W.shape[1]:
         raise ValueError(f"{model_dir / ADAPTER_FILE}: W must be square, got shape {W.shape}")
     return W, float(t["a"][0]), float(t["b"][0]), meta
 
 
-class EmbeddingSelector(PaperJudge):
+class EmbeddingSelector(PairJudge):
     """Batched P(relevant) from an embedder, a query adapter and a calibration."""
-
-    normalize = False  # the score is already a probability (eval selector's report reads this)
 
     def __init__(self, embedder, W: Optional[np.ndarray] = None, a: float = 1.0, b: float = 0.0,
                  threshold: Optional[float] = None, max_abstract_chars: Optional[int] = None,
                  memo_size: int = 100_000, model_id: str = "", meta: Optional[dict] = None) -> None:
-        meta = dict(meta or {})
-        if threshold is None:
-            threshold = float(meta.get("threshold", 0.5))
-        if not 0.0 <= threshold <= 1.0:
-            raise ValueError(f"threshold must be in [0, 1], got {threshold}")
+        super().__init__(threshold, max_abstract_chars, memo_size, model_id, meta)
         self.embedder = embedder
         dim = int(embedder.dim)
         self.W = np.eye(dim, dtype=np.float32) if W is None else np.asarray(W, dtype=np.float32)
         if self.W.shape != (dim, dim):
             raise ValueError(f"the adapter is {self.W.shape[0]}-d, the embedder {embedder.model_id!r} is {dim}-d: "
-                             f"score with the embedder it was fitted on ({meta.get('embedder', '?')})")
+                             f"score with the embedder it was fitted on ({self.meta.get('embedder', '?')})")
         self.a, self.b = float(a), float(b)
-        self.threshold = threshold
-        self.max_abstract_chars = max_abstract_chars
-        self.memo_size = memo_size
-        self.model_id = model_id
-        self.meta = meta
-        self.unparsed = 0  # Selector's counter; this Selector's judgement always has a decision
-        self._memo: OrderedDict[tuple[str, str, str], float] = OrderedDict()
         self._qmemo: dict[str, np.ndarray] = {}
 
     @classmethod
@@ -124,6 +107,8 @@ class EmbeddingSelector(PaperJudge):
         """Adapted, unit-norm query vectors (``W`` applied to the embedder's unit vector)."""
         todo = [q for q in dict.fromkeys(queries) if q not in self._qmemo]
         if todo:
+            if len(self._qmemo) + len(todo) > max(self.memo_size, len(todo)):  # bounded like the pair memo
+                self._qmemo.clear()
             v = unit_rows(unit_rows(self.embedder.encode(todo, kind="query")) @ self.W)
             self._qmemo.update(zip(todo, v))
         return np.stack([self._qmemo[q] for q in queries]) if queries else np.zeros((0, self.W.shape[0]))
@@ -141,49 +126,7 @@ class EmbeddingSelector(PaperJudge):
     def probability(self, sims: np.ndarray) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-(self.a * np.asarray(sims, dtype=np.float64) + self.b)))
 
-    def score(self, pairs: Sequence[SelectorPair], show_progress: bool = False) -> np.ndarray:
-        """P(relevant) per pair; repeated pairs are scored once (memo up to ``memo_size``)."""
+    def pair_probabilities(self, queries: Sequence[str], texts: Sequence[str],
+                           show_progress: bool = False) -> np.ndarray:
         del show_progress  # one encode call: sentence-transformers batches it
-        keys = [(p.query, p.title, truncate_abstract(p.abstract, self.max_abstract_chars)) for p in pairs]
-        todo = list(dict.fromkeys(k for k in keys if k not in self._memo))
-        if todo:
-            sims = self.similarities([q for q, _, _ in todo], [pair_text(t, a) for _, t, a in todo])
-            for key, p in zip(todo, self.probability(sims)):
-                self._memo[key] = float(p)
-        for k in keys:
-            self._memo.move_to_end(k)
-        result = np.array([self._memo[k] for k in keys], dtype=np.float64)
-        while len(self._memo) > max(self.memo_size, 0):
-            self._memo.popitem(last=False)
-        return result
-
-    def probs(self, pairs: Sequence[SelectorPair], show_progress: bool = False) -> np.ndarray:
-        """``[N, 2]`` = (P(relevant), 1 - P(relevant)): the shape ``eval selector`` reads from the LLM Selector."""
-        p = self.score(pairs, show_progress=show_progress)
-        return np.stack([p, 1.0 - p], axis=1) if len(p) else np.zeros((0, 2))
-
-    def scores_from_probs(self, probs: np.ndarray) -> np.ndarray:
-        return np.asarray(probs, dtype=np.float64)[:, 0]
-
-    # ---- "rationale": evidence sentences ----
-
-    def judge(self, pairs: Sequence[SelectorPair], max_new_tokens: Optional[int] = None,
-              n_evidence: int = 2) -> list[Judgement]:
-        """The decision, and as its evidence the ``n_evidence`` abstract sentences nearest the adapted query (their
-        P(relevant) under the same calibration). ``max_new_tokens`` is accepted for the Selector's signature."""
-        del max_new_tokens
-        scores = self.score(pairs)
-        out = []
-        for pair, s in zip(pairs, scores):
-            sentences = split_sentences(truncate_abstract(pair.abstract, self.max_abstract_chars))
-            decision = bool(s >= self.threshold)
-            head = f"{'True' if decision else 'False'} (P(relevant) {s:.2f}, threshold {self.threshold:.2f})."
-            if sentences:
-                sp = self.probability(self.similarities([pair.query] * len(sentences), sentences))
-                top = np.argsort(-sp, kind="stable")[:n_evidence]
-                evidence = " ".join(f'"{sentences[i]}" ({sp[i]:.2f})' for i in top)
-                rationale = f"Evidence, the abstract's sentences closest to the query: {evidence}"
-            else:
-                rationale = "No abstract: the decision reads the title alone."
-            out.append(Judgement(decision=decision, rationale=rationale, text=f"{head} {rationale}", score=float(s)))
-        return out
+        return self.probability(self.similarities(queries, texts))

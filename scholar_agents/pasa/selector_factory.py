@@ -4,8 +4,11 @@ them, so none imports another's builder."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from scholar_agents.pasa.cross_encoder import CrossEncoderSelector
-from scholar_agents.pasa.embedding_selector import EmbeddingSelector
+from scholar_agents.pasa.embedding_selector import BUNDLED_DIR, EmbeddingSelector, resolve_model_dir
+from scholar_agents.pasa.pair_judge import read_meta
 from scholar_agents.pasa.selector import Selector
 
 SELECTOR_KINDS = ("llm", "cross_encoder", "embedding")
@@ -40,9 +43,6 @@ def describe_selector(cfg, llm_model: str = "?") -> str:
     """One line on what decides "selected", read from the config and the model card without loading a model:
     which Selector, its threshold and where the threshold comes from, and its held-out figures where it has a card
     (issue 37 item 2). ``llm_model``: the Selector LLM's model (``selector_llm.model``) for ``kind=llm``."""
-    import json
-    from pathlib import Path
-
     kind = selector_kind(cfg)
     threshold = cfg.get("threshold")
     if kind == "llm":
@@ -54,26 +54,22 @@ def describe_selector(cfg, llm_model: str = "?") -> str:
         return (f"LLM Selector {llm_model} (decision token first, PaSa Table 15): selected = P(True) >= {t:g} "
                 f"(PaSa §4.3; no card with held-out precision)")
     if kind == "embedding":
-        from scholar_agents.pasa.embedding_selector import BUNDLED_DIR, resolve_model_dir
-
         model_dir = resolve_model_dir(cfg.get("model"))
-        name = "embedding Selector (MiniLM + query adapter)" + (", bundled" if model_dir == BUNDLED_DIR else "")
+        name = "embedding Selector (MiniLM + query adapter)"
+        where = ", bundled" if model_dir == BUNDLED_DIR else f" {model_dir}"
     else:
-        from scholar_agents.pasa.embedding_selector import BUNDLED_DIR
-
         model_dir = Path(str(cfg.get("model")))
-        name = "cross-encoder Selector"
-    meta_path = Path(model_dir) / "selector_meta.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+        name, where = "cross-encoder Selector", f" {model_dir}"
+    meta = read_meta(model_dir)
     fitted = meta.get("threshold")
     t = fitted if threshold is None else threshold
-    source = "fitted on its dev split" if threshold is None and fitted is not None else "set by selector.threshold"
-    where = "" if kind == "embedding" and model_dir == BUNDLED_DIR else f" {model_dir}"
-    line = f"{name}{where}: selected = P(relevant) >= {t:.3f} ({source})" if t is not None else \
-        f"{name}{where}: no threshold (no card at {meta_path})"
-    held = [r for r in meta.get("heldout", []) if r.get("phrasing") == "original"]
-    if held:
-        r = held[0]
-        line += (f"; held-out ({r['miner']} negatives): precision {r['precision']:.2f}, recall {r['recall']:.2f}, "
-                 f"AUC {r['auc']:.3f} vs zero-shot cosine {r['cosine_auc']:.3f}")
+    if t is None:
+        return f"{name}{where}: no threshold (no card in {model_dir})"
+    source = "fitted on its dev split" if threshold is None else "set by selector.threshold"
+    line = f"{name}{where}: selected = P(relevant) >= {t:.3f} ({source})"
+    # the card's held-out figures, original phrasing, one per negatives miner, against the stronger zero-shot bar
+    for r in (r for r in meta.get("heldout", []) if r.get("phrasing") == "original"):
+        bar, bar_auc = max((("cosine", r["cosine_auc"]), ("BM25", r["bm25_auc"])), key=lambda x: x[1])
+        line += (f"; held-out, {r['miner']}-mined negatives: precision {r['precision']:.2f}, recall "
+                 f"{r['recall']:.2f}, AUC {r['auc']:.3f} vs zero-shot {bar} {bar_auc:.3f}")
     return line

@@ -22,8 +22,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from scholar_agents.pasa.cross_encoder import META_FILE, CrossEncoderSelector, pair_text
+from scholar_agents.pasa.cross_encoder import CrossEncoderSelector
+from scholar_agents.pasa.pair_judge import META_FILE, pair_text
 from scholar_agents.pasa.selector import SelectorPair, truncate_abstract
+from scholar_agents.train.pair_fitting import fit_threshold, split_by_query, task_inputs
 
 log = logging.getLogger(__name__)
 
@@ -43,37 +45,6 @@ class CrossEncoderTrainConfig:
     pos_weight: Optional[float] = None  # BCE weight of positives; null = n_neg / n_pos (balances the loss)
     seed: int = 0
     log_every: int = 20
-
-
-def split_by_query(pairs: Sequence[SelectorPair], dev_fraction: float, seed: int
-                   ) -> tuple[list[SelectorPair], list[SelectorPair]]:
-    """(train, dev): whole queries (``qid``, else the query text) on one side only."""
-    keys = sorted({p.qid or p.query for p in pairs})
-    random.Random(seed).shuffle(keys)
-    n_dev = int(round(len(keys) * dev_fraction)) if dev_fraction > 0 else 0
-    if dev_fraction > 0 and len(keys) > 1:
-        n_dev = min(max(n_dev, 1), len(keys) - 1)
-    dev_keys = set(keys[:n_dev])
-    return ([p for p in pairs if (p.qid or p.query) not in dev_keys],
-            [p for p in pairs if (p.qid or p.query) in dev_keys])
-
-
-def fit_threshold(labels: np.ndarray, scores: np.ndarray) -> dict:
-    """The threshold with the best F1 on (labels, scores), and its precision / recall / F1; AUC of the scores."""
-    from scholar_agents.eval.metrics import binary_metrics, roc_auc
-
-    labels = np.asarray(labels, dtype=bool)
-    best = {"threshold": 0.5, "f1": -1.0}
-    for t in np.unique(scores):
-        m = binary_metrics(labels, scores >= t)
-        if m.f1 > best["f1"]:
-            best = {"threshold": float(t), "f1": m.f1, "precision": m.precision, "recall": m.recall}
-    if best["f1"] < 0:  # no scores
-        best = {"threshold": 0.5, "f1": 0.0, "precision": 0.0, "recall": 0.0}
-    best["auc"] = roc_auc(labels, scores) if labels.any() and not labels.all() else float("nan")
-    best["n"] = int(len(labels))
-    best["positives"] = int(labels.sum())
-    return best
 
 
 def load_base(base_model: str, device: str = "cpu"):
@@ -175,15 +146,5 @@ def train_cross_encoder(pairs: Sequence[SelectorPair], out_dir: str | Path, cfg:
 
 def selector_cross_encoder(cfg) -> dict:
     """The Hydra task: ``train.train_file`` (pairs JSONL) -> ``train.output_dir``."""
-    from omegaconf import OmegaConf
-
-    from scholar_agents.eval.selector import load_labelled_pairs
-    from scholar_agents.validation import existing_file, reading
-
-    path = existing_file(cfg.train.get("train_file"), "train.train_file")
-    with reading("train.train_file", path):
-        pairs = load_labelled_pairs(path, "pairs", cfg.train.get("limit"))
-    node = OmegaConf.to_container(cfg.train, resolve=True)
-    tcfg = CrossEncoderTrainConfig(**{k: v for k, v in node.items()
-                                      if k in CrossEncoderTrainConfig.__dataclass_fields__})
+    pairs, tcfg = task_inputs(cfg, CrossEncoderTrainConfig)
     return train_cross_encoder(pairs, str(cfg.train.output_dir), tcfg)

@@ -19,10 +19,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from scholar_agents.pasa.cross_encoder import pair_text
 from scholar_agents.pasa.embedding_selector import EmbeddingSelector, save_adapter, unit_rows
+from scholar_agents.pasa.pair_judge import pair_text
 from scholar_agents.pasa.selector import SelectorPair, truncate_abstract
-from scholar_agents.train.selector_cross_encoder import fit_threshold, split_by_query
+from scholar_agents.train.pair_fitting import fit_threshold, split_by_query, task_inputs
 
 log = logging.getLogger(__name__)
 
@@ -156,15 +156,5 @@ def train_embedding_selector(pairs: Sequence[SelectorPair], out_dir: str | Path,
 
 def selector_embedding(cfg) -> dict:
     """The Hydra task: ``train.train_file`` (pairs JSONL) -> ``train.output_dir``."""
-    from omegaconf import OmegaConf
-
-    from scholar_agents.eval.selector import load_labelled_pairs
-    from scholar_agents.validation import existing_file, reading
-
-    path = existing_file(cfg.train.get("train_file"), "train.train_file")
-    with reading("train.train_file", path):
-        pairs = load_labelled_pairs(path, "pairs", cfg.train.get("limit"))
-    node = OmegaConf.to_container(cfg.train, resolve=True)
-    tcfg = EmbeddingSelectorTrainConfig(**{k: v for k, v in node.items()
-                                           if k in EmbeddingSelectorTrainConfig.__dataclass_fields__})
+    pairs, tcfg = task_inputs(cfg, EmbeddingSelectorTrainConfig)
     return train_embedding_selector(pairs, str(cfg.train.output_dir), tcfg)

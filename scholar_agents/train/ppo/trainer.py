@@ -23,7 +23,7 @@ process a different number of sessions, and DDP needs the same number of backwar
 process then pads its backward passes (and, under ZeRO-3, its forward passes: each one gathers parameters
 collectively) to the same count with zero-weight or dummy batches.
 
-The file is ~650 lines on purpose: it is the loop of one PPO step, read top to bottom (CleanRL's one-file style),
+The file is ~680 lines on purpose: it is the loop of one PPO step, read top to bottom (CleanRL's one-file style),
 with the DeepSpeed padding beside the passes it pads. What the loop is handed is built elsewhere (``inputs.py``,
 ``models.py``), and the math it calls is in ``estimators.py``, ``losses.py`` and ``rewards.py``.
 """

@@ -1,0 +1,109 @@
+"""What the Selectors that score a <query, paper> pair without generating text share (issue 37): the cross-encoder
+(``pasa.cross_encoder``) and the embedding Selector (``pasa.embedding_selector``) differ only in how a batch of
+(query, text) pairs becomes P(relevant), :meth:`PairJudge.pair_probabilities`. On top of it, once: the memo of
+scored pairs, the ``[N, 2]`` shape ``eval selector`` reads, the threshold read from the model's card, and ``judge``
+("why?"), which cannot write a rationale and shows as evidence the abstract's sentences the same scorer rates
+highest against the query, with their scores, beside the decision and score the list used.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import re
+from collections import OrderedDict
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from scholar_agents.pasa.selector import Judgement, PaperJudge, SelectorPair, truncate_abstract
+
+META_FILE = "selector_meta.json"  # the card: threshold fitted on dev, dev / held-out figures, fitting queries
+_SENTENCE_RE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\"'])")
+
+
+def pair_text(title: str, abstract: str) -> str:
+    """The paper side of the pair: ``title. abstract``."""
+    title = " ".join((title or "").split()).rstrip(".")
+    abstract = " ".join((abstract or "").split())
+    return f"{title}. {abstract}".strip() if abstract else title
+
+
+def split_sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE_RE.split(" ".join((text or "").split())) if len(s.strip()) > 2]
+
+
+def read_meta(model_dir: str | Path) -> dict:
+    path = Path(model_dir) / META_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+class PairJudge(PaperJudge):
+    """A Selector whose score is P(relevant) of a (query, text) pair, computed in batches, with no generation."""
+
+    normalize = False  # the score is already a probability (eval selector's report reads this)
+
+    def __init__(self, threshold: Optional[float], max_abstract_chars: Optional[int], memo_size: int,
+                 model_id: str, meta: Optional[dict]) -> None:
+        self.meta = dict(meta or {})
+        if threshold is None:  # selector.threshold=null: the one fitted on the model's dev split
+            threshold = float(self.meta.get("threshold", 0.5))
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1], got {threshold}")
+        self.threshold = threshold
+        self.max_abstract_chars = max_abstract_chars
+        self.memo_size = memo_size
+        self.model_id = model_id
+        self.unparsed = 0  # the LLM Selector's counter; a judgement here always has a decision
+        self._memo: OrderedDict[tuple[str, str, str], float] = OrderedDict()
+
+    @abc.abstractmethod
+    def pair_probabilities(self, queries: Sequence[str], texts: Sequence[str],
+                           show_progress: bool = False) -> np.ndarray:
+        """P(relevant) of each (query, text), no memo."""
+
+    def score(self, pairs: Sequence[SelectorPair], show_progress: bool = False) -> np.ndarray:
+        """P(relevant) per pair; repeated pairs are scored once (memo up to ``memo_size``)."""
+        keys = [(p.query, p.title, truncate_abstract(p.abstract, self.max_abstract_chars)) for p in pairs]
+        todo = list(dict.fromkeys(k for k in keys if k not in self._memo))
+        if todo:
+            probs = self.pair_probabilities([q for q, _, _ in todo], [pair_text(t, a) for _, t, a in todo],
+                                            show_progress=show_progress)
+            for key, p in zip(todo, probs):
+                self._memo[key] = float(p)
+        for k in keys:
+            self._memo.move_to_end(k)
+        result = np.array([self._memo[k] for k in keys], dtype=np.float64)
+        while len(self._memo) > max(self.memo_size, 0):
+            self._memo.popitem(last=False)
+        return result
+
+    def probs(self, pairs: Sequence[SelectorPair], show_progress: bool = False) -> np.ndarray:
+        """``[N, 2]`` = (P(relevant), 1 - P(relevant)): the shape ``eval selector`` reads from the LLM Selector."""
+        p = self.score(pairs, show_progress=show_progress)
+        return np.stack([p, 1.0 - p], axis=1) if len(p) else np.zeros((0, 2))
+
+    def scores_from_probs(self, probs: np.ndarray) -> np.ndarray:
+        return np.asarray(probs, dtype=np.float64)[:, 0]
+
+    def judge(self, pairs: Sequence[SelectorPair], max_new_tokens: Optional[int] = None,
+              n_evidence: int = 2) -> list[Judgement]:
+        """The decision and its score, and as evidence the ``n_evidence`` abstract sentences this scorer rates
+        highest against the query (with their P(relevant)). ``max_new_tokens``: the LLM Selector's signature."""
+        del max_new_tokens
+        scores = self.score(pairs)
+        out = []
+        for pair, s in zip(pairs, scores):
+            sentences = split_sentences(truncate_abstract(pair.abstract, self.max_abstract_chars))
+            decision = bool(s >= self.threshold)
+            head = f"{'True' if decision else 'False'} (P(relevant) {s:.2f}, threshold {self.threshold:.2f})."
+            if sentences:
+                sp = self.pair_probabilities([pair.query] * len(sentences), sentences)
+                top = np.argsort(-sp, kind="stable")[:n_evidence]
+                evidence = " ".join(f'"{sentences[i]}" ({sp[i]:.2f})' for i in top)
+                rationale = f"Evidence, the abstract's sentences closest to the query: {evidence}"
+            else:
+                rationale = "No abstract: the decision reads the title alone."
+            out.append(Judgement(decision=decision, rationale=rationale, text=f"{head} {rationale}", score=float(s)))
+        return out
