@@ -28,6 +28,9 @@
 set -euo pipefail
 
 SCHOLAR_REPO="${SCHOLAR_REPO:-${SLURM_SUBMIT_DIR:-$PWD}}"
+# First: from here on a time-limit warning is kept for the step instead of ending this shell (requeue_glue.sh).
+# shellcheck disable=SC1091
+source "$SCHOLAR_REPO/slurm/requeue_glue.sh"
 SCHOLAR_VENV="${SCHOLAR_VENV:-$SCHOLAR_REPO/.venv}"
 SCHOLAR_DRY_RUN="${SCHOLAR_DRY_RUN:-}"
 if [[ -f "$SCHOLAR_VENV/bin/activate" ]]; then
@@ -263,5 +266,3 @@ config_value() {  # config_value <key> <group> <command> <overrides...>
     python "$SCHOLAR_REPO/scripts/experiment_table.py" get "$@" --key "$key"
 }
 
-# shellcheck disable=SC1091
-source "$SCHOLAR_REPO/slurm/requeue_glue.sh"

@@ -26,12 +26,30 @@ _scholar_forward_preemption() {  # <child pid> <signal name caught> <signal name
     kill "-$3" "$1" 2>/dev/null || true
 }
 
+# A warning that comes before a step has started (a lead close to the time limit, a busy node slow to compose the
+# config) would end the batch shell: bash's default for USR1 and USR2 is to die. From the moment this file is sourced
+# it is recorded instead, and the next step is told as it starts (SCHOLAR_PREEMPTION_PENDING, which
+# preemption.PreemptionHandler.install reads as a signal caught): it checkpoints at its first step boundary.
+_scholar_early_warning() {  # <signal name caught>
+    export SCHOLAR_PREEMPTION_PENDING="SIG$1"
+    echo "[requeue_glue] $(date +%T) caught SIG$1 in the batch shell of job ${SLURM_JOB_ID:-?} before the step" \
+         "started: the step is told as it starts (SCHOLAR_PREEMPTION_PENDING=SIG$1)" >&2
+}
+_scholar_trap_early_warnings() {
+    trap '_scholar_early_warning USR1' USR1
+    trap '_scholar_early_warning USR2' USR2
+    trap '_scholar_early_warning TERM' TERM
+}
+_scholar_trap_early_warnings
+
 run_preemptible() {  # run_preemptible <command...>: run it, pass USR1/USR2/TERM on (module comment), return its code
     local child rc job send=TERM
     _SCHOLAR_PREEMPTED=0
     [[ "$(basename "$1")" == srun ]] && send=USR1  # srun SIGKILLs its tasks on a SIGTERM of its own
+    [[ -n "${SCHOLAR_PREEMPTION_PENDING:-}" ]] && _SCHOLAR_PREEMPTED=1
     "$@" &
     child=$!
+    unset SCHOLAR_PREEMPTION_PENDING  # the step has it; the next one is told only of a warning that comes later
     # shellcheck disable=SC2064  # expand $child now
     trap "_scholar_forward_preemption $child USR1 $send" USR1
     trap "_scholar_forward_preemption $child USR2 $send" USR2
@@ -51,7 +69,7 @@ run_preemptible() {  # run_preemptible <command...>: run it, pass USR1/USR2/TERM
         fi
         break
     done
-    trap - USR1 USR2 TERM
+    _scholar_trap_early_warnings
     job="${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}"
     job="${job:-${SLURM_JOB_ID:-}}"
     if [[ $rc -eq 75 ]]; then

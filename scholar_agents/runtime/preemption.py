@@ -49,6 +49,8 @@ REQUEUE_EXIT_CODE = 75
 # SIGTERM: preemption / scontrol requeue / our batch-shell glue; SIGUSR1: `--signal=USR1@N` without the B: prefix;
 # SIGUSR2: submitit's default warning signal (hydra/launcher=slurm*).
 DEFAULT_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2")
+# Set by slurm/requeue_glue.sh when the batch shell caught a warning before the step started.
+PENDING_ENV = "SCHOLAR_PREEMPTION_PENDING"
 
 
 def slurm_job_id() -> Optional[str]:
@@ -298,6 +300,13 @@ class PreemptionHandler:
                 raise ValueError(f"unknown signal {name!r}; use names like SIGTERM, SIGUSR1")
             handler._previous[name] = signal.signal(signum, handler._on_signal)
         log.info("preemption handler on %s (restart %d)", ", ".join(handler.signals), restart_count())
+        # The batch shell caught the warning before this step started (slurm/requeue_glue.sh): as if it came now.
+        # Popped, so that a later step of this process (an in-process sweep) is not told again.
+        pending = os.environ.pop(PENDING_ENV, "")
+        if pending:
+            log.warning("the batch shell caught %s before this step started: checkpoint at the first step boundary",
+                        pending)
+            handler.request(f"{pending} (before start)")
         return handler
 
     def uninstall(self) -> None:

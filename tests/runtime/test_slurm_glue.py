@@ -174,6 +174,32 @@ def test_requeue_glue_passes_the_warning_to_srun_as_sigusr1(no_slurm, tmp_path):
     assert "caught SIGUSR1 in the batch shell" in err and "SIGUSR1 -> pid" in err
 
 
+def test_a_warning_before_the_step_starts_is_kept_and_the_step_told(no_slurm, tmp_path):
+    """Slurm sends `--signal=B:USR1@<lead>` as soon as the time left is under the lead (at once when the job's
+    --time is under it; the local cluster did so 6 s into a 5-min job): a batch shell still composing the config
+    died of it, bash's default for USR1. The glue records it from the moment it is sourced, and the next step, the
+    real probe here, is told as it starts: it checkpoints at its first step boundary and exits 75. A later step is
+    not told again."""
+    run_dir = tmp_path / "run"
+    script = tmp_path / "job.sh"
+    script.write_text(
+        f"source {REPO}/slurm/requeue_glue.sh\n"
+        "kill -USR1 $$\n"
+        f"run_preemptible {SCHOLAR} slurm probe hydra.run.dir={run_dir} probe.steps=50 probe.step_seconds=0.05 "
+        "probe.checkpoint_every=100\n"
+        'echo "first=$?"\n'
+        f"run_preemptible {sys.executable} -c \"import os; print('pending=' + os.environ.get('SCHOLAR_PREEMPTION_PENDING', "
+        "'none'))\"\n"
+        'echo "second=$?"\n')
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=no_slurm, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "caught SIGUSR1 in the batch shell of job ? before the step started" in out.stderr
+    assert "first=75" in out.stdout and "second=0" in out.stdout and "pending=none" in out.stdout, out.stdout
+    checkpoint = run_dir / "probe_checkpoint.pt"
+    assert checkpoint.exists() and not (run_dir / "metrics.json").exists()
+    assert "before this step started" in out.stdout + out.stderr
+
+
 def _job_env_lines(tmp_path, header: str, env: dict, body: str) -> list[str]:
     """Run a batch script with ``header`` (its #SBATCH lines) that sources slurm/job_env.sh in dry-run mode."""
     script = tmp_path / "job.sbatch"
