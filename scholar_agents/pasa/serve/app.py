@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
@@ -166,15 +166,11 @@ def create_app(cfg, service, token: Optional[str] = None) -> FastAPI:
         return {"root": str(runs_root), "runs": await run_in_threadpool(runs.find_runs, runs_root)}
 
     @app.get("/api/run")
-    async def open_run(path: str):
-        d = runs.resolve_under(runs_root, path)
-        rows = await run_in_threadpool(runs.load_rows, d)
+    async def open_run(path: str, with_run: Optional[str] = Query(None, alias="with")):
+        """One run's table, or (``with=<another run>``) both side by side: two page searches, two evals."""
         questions = {qid: q.question for qid, q in service.gold.items()}
-        info = runs.row_info(d, list(rows))
-        tab = runs.table(rows, questions, info)
-        return {"path": path, "kind": runs.run_kind(d), **tab, "info": info,
-                "means": runs.row_means(d, rows, tab["columns"]),
-                "trees": {r: runs.trajectory_file(d, r) is not None for r in rows}}
+        paths = [path] + ([with_run] if with_run and with_run != path else [])
+        return await run_in_threadpool(runs.open_runs, runs_root, paths, questions)
 
     @app.get("/api/run/tree")
     async def run_tree(path: str, row: str, qid: str):
@@ -183,7 +179,9 @@ def create_app(cfg, service, token: Optional[str] = None) -> FastAPI:
         if not trajs:
             raise UsageError(f"row {row!r} of {path!r} kept no trajectory of query {qid!r}")
         gold = service.gold_for(qid=qid, question=trajs[0].get("user_query"))
-        return {"row": row, "qid": qid, "trees": [build_tree(t, service.paper_info, gold) for t in trajs]}
+        ranked = [p | {"gold": p["paper_id"] in gold} for p in runs.load_ranked(d, qid)]
+        return {"row": row, "qid": qid, "trees": [build_tree(t, service.paper_info, gold) for t in trajs],
+                "ranked": ranked}
 
     @app.on_event("shutdown")
     async def _close():

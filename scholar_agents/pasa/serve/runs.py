@@ -217,3 +217,78 @@ def table(rows: dict[str, list[dict]], questions: dict[str, str], info: Optional
                 k: r[k] for k in ("stopped_by", "grammar_errors", "fallback_searches") if k in r}
     return {"rows": list(rows), "columns": cols, "queries": list(by_q.values()),
             "column_help": {c: COLUMN_HELP.get(c, c) for c in cols}, "blank": {n: sorted(b) for n, b in blank.items()}}
+
+
+def open_run(root: Path, path: str, questions: dict[str, str]) -> dict:
+    """What the Runs view shows of one run directory: the per-query table, each row's label, method and mean, and
+    which rows kept trajectories. Each row also names the run and row it reads (``info[row].path/row``), so a
+    merged table (:func:`open_runs`) asks the right run for a crawl."""
+    d = resolve_under(root, path)
+    rows = load_rows(d)
+    info = row_info(d, list(rows))
+    for name in info:
+        info[name].update(path=path, row=name)
+    if run_kind(d) == "pasa search":
+        for name in info:
+            info[name].update(query=_first_query(d), mtime=d.stat().st_mtime)
+    tab = table(rows, questions, info)
+    return {"path": path, "kind": run_kind(d), **tab, "info": info, "means": row_means(d, rows, tab["columns"]),
+            "trees": {r: trajectory_file(d, r) is not None for r in rows}}
+
+
+def open_runs(root: Path, paths: list[str], questions: dict[str, str]) -> dict:
+    """Two (or more) runs in one table, rows side by side: each row renamed ``<i>:<row>`` (i = the run's place)
+    and labelled with its run (a page search by its question). Queries line up by qid; runs of one query each (two
+    page searches, two `pasa search` runs) line up on one line whatever their qids, since that query is what the
+    user compares. Every cell keeps its own qid for the crawl it opens."""
+    if len(paths) == 1:
+        return open_run(root, paths[0], questions)
+    opened = [open_run(root, p, questions) for p in paths]
+    one_each = all(len(o["queries"]) == 1 for o in opened)
+    rows, info, means, trees, blank, help_, columns = [], {}, {}, {}, {}, {}, []
+    by_q: dict[str, dict] = {}
+    for i, o in enumerate(opened, 1):
+        for c in o["columns"]:
+            if c not in columns:
+                columns.append(c)
+        help_.update(o["column_help"])
+        for r in o["rows"]:
+            name = f"{i}:{r}"
+            rows.append(name)
+            meta = dict(o["info"][r])
+            if meta.get("query"):
+                q = meta["query"]
+                meta["label"] = f"{i}: \u201c{q[:48]}{'…' if len(q) > 48 else ''}\u201d"
+            else:
+                meta["label"] = f"{i}: {meta['label']} ({o['path']})"
+            info[name], means[name], trees[name] = meta, o["means"][r], o["trees"][r]
+            blank[name] = o["blank"].get(r, [])
+        for q in o["queries"]:
+            key = "compared" if one_each else q["qid"]
+            line = by_q.setdefault(key, {"qid": key, "query": None, "queries": [], "rows": {}})
+            if q.get("query") and q["query"] not in line["queries"]:
+                line["queries"].append(q["query"])
+            for r, cell in q["rows"].items():
+                line["rows"][f"{i}:{r}"] = {**cell, "qid": q["qid"]}
+    for line in by_q.values():
+        line["query"] = "  vs  ".join(line.pop("queries")) or line["qid"]
+    columns = [c for c in COLUMNS if c in columns]
+    return {"path": " + ".join(paths), "paths": paths, "kind": " + ".join(o["kind"] for o in opened), "rows": rows,
+            "columns": columns, "queries": list(by_q.values()), "column_help": {c: help_.get(c, c) for c in columns},
+            "blank": blank, "info": info, "means": means, "trees": trees}
+
+
+def load_ranked(d: Path, qid: str, k: int = 10) -> list[dict]:
+    """The first ``k`` papers of a `pasa search` run's final list for ``qid`` (in the order the page showed them),
+    for comparing two searches' lists side by side; [] for other runs."""
+    if run_kind(d) != "pasa search":
+        return []
+    try:
+        results = json.loads((d / "results.json").read_text())
+    except (OSError, ValueError):
+        return []
+    for r in results:
+        if str(r.get("qid")) == str(qid):
+            return [{"paper_id": p.get("paper_id"), "title": p.get("title"), "score": p.get("score"),
+                     "selected": bool(p.get("selected"))} for p in (r.get("papers") or [])[:k]]
+    return []

@@ -181,6 +181,42 @@ def test_more_like_this_starts_a_crawl_from_a_paper(app_client):
     assert bad.status_code == 400 and "seed_paper" in bad.json()["error"]
 
 
+def test_two_page_searches_side_by_side(app_client):
+    """Issue 39 item 4: any two page searches compared — `/api/run?path=A&with=B` puts their rows side by side on
+    one line (a run of one query each lines up whatever its qid), labelled by their questions; each cell keeps its
+    own qid, and the crawl each opens is its own run's, with that search's final list (top 10) beside its tree."""
+    client, _ = app_client
+    runs = []
+    for query in ("graph neural networks for molecules", "message passing for quantum chemistry"):
+        job = client.post("/api/search", json={"query": query, "before": "2023-01-01"}).json()["id"]
+        result = next(e["data"] for e in read_events(client, job) if e["kind"] == "result")
+        runs.append((result["run"], query, result["papers"]))
+    (a, qa, papers_a), (b, qb, papers_b) = runs
+    r = client.get("/api/run", params={"path": a, "with": b})
+    assert r.status_code == 200, r.text
+    r = r.json()
+    assert r["paths"] == [a, b] and r["rows"] == ["1:search", "2:search"]
+    assert r["info"]["1:search"]["label"].startswith("1: \u201c" + qa[:20])
+    assert r["info"]["2:search"]["path"] == b and r["info"]["2:search"]["row"] == "search"
+    [line] = r["queries"]
+    assert line["query"] == f"{qa}  vs  {qb}" and set(line["rows"]) == {"1:search", "2:search"}
+    assert line["rows"]["1:search"]["n_queue"] == len(papers_a) and line["rows"]["2:search"]["n_queue"] == len(papers_b)
+    assert line["rows"]["1:search"]["qid"] != line["rows"]["2:search"]["qid"]
+    assert set(r["means"]) == {"1:search", "2:search"} and all(r["trees"].values())
+    for name, papers in (("1:search", papers_a), ("2:search", papers_b)):
+        t = client.get("/api/run/tree", params={"path": r["info"][name]["path"], "row": "search",
+                                                "qid": line["rows"][name]["qid"]}).json()
+        assert [p["paper_id"] for p in t["ranked"]] == [p["paper_id"] for p in papers[:10]]
+        assert t["trees"] and t["trees"][0]["queue"] == len(papers)
+    # the same run twice is that run alone; an eval run beside a page search keeps its rows, renamed
+    assert client.get("/api/run", params={"path": a, "with": a}).json()["rows"] == ["search"]
+    mixed = client.get("/api/run", params={"path": "eval_pasa/tiny", "with": a}).json()
+    assert mixed["rows"] == ["1:agent", "1:search_bm25", "2:search"] and len(mixed["queries"]) == 3
+    assert "n_returned" in mixed["blank"]["1:search_bm25"]
+    bad = client.get("/api/run", params={"path": a, "with": "../.."})
+    assert bad.status_code == 400 and "outside the runs root" in bad.json()["error"]
+
+
 def test_a_run_reads_at_a_glance(app_client):
     """Issue 39 item 5: rows carry their method and label, every column its meaning, each row its mean with eval
     pasa's interval, and a search-only row leaves the Crawler's and Selector's columns blank."""

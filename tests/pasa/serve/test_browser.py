@@ -121,10 +121,10 @@ def test_search_runs_and_compare_in_a_real_browser_on_the_tiny_model(tiny_server
     print("tiny model:", json.dumps(times))
 
 
-def test_more_like_this_and_page_searches_as_runs_in_a_real_browser(tiny_server, browser):
+def test_more_like_this_and_page_searches_as_runs_in_a_real_browser(tiny_server, browser, tmp_path):
     """Issue 39 items 4 and 6 in the page: a result's "more like this" starts a crawl from that paper (its title
     becomes the query, the crawl streams and ends in a ranked list that holds the paper), and both searches are
-    then runs in the Runs list, with their queries."""
+    then runs in the Runs list, with their queries, and compared side by side."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
@@ -148,6 +148,42 @@ def test_more_like_this_and_page_searches_as_runs_in_a_real_browser(tiny_server,
                                  if "page_searches/" in o.get_attribute("value")]) >= 2, 20, "the page searches")
     labels = [o.text for o in Select(find(By.ID, "runs-list")).options]
     assert any(title[:40] in x for x in labels) and any("graph neural networks for molecules" in x for x in labels)
+    # the two searches side by side; the seed paper is in both final lists' crawls
+    compare_page_searches(driver, "graph neural networks for molecules", title, Path(tmp_path))
+    assert (Path(tmp_path) / "pasa_serve_runs_compared.png").stat().st_size > 10_000
+
+
+def compare_page_searches(driver, first: str, second: str, shots: Path, timeout: float = 60) -> list[str]:
+    """Issue 39 item 4 in the page: Runs, open the page search that asked ``first``, put the one that asked
+    ``second`` beside it ("with"), click the line: both searches' metrics on one line, their crawls and final lists
+    side by side, papers both found marked "in both". Returns the two columns' headings."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    find = driver.find_element
+    find(By.ID, "tab-runs").click()
+
+    def option(select_id: str, query: str):
+        opts = [o for o in Select(find(By.ID, select_id)).options
+                if "page_searches/" in (o.get_attribute("value") or "") and query[:40] in o.text]
+        return opts[0].get_attribute("value") if opts else None
+
+    _wait(driver, lambda d: option("runs-list", first) and option("compare-run", second), 20, "both page searches")
+    Select(find(By.ID, "compare-run")).select_by_value(option("compare-run", second))
+    Select(find(By.ID, "runs-list")).select_by_value(option("runs-list", first))
+    _wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#run-table th.rowname")) == 2, timeout,
+          "the two searches' columns")
+    heads = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "#run-table th.rowname")]
+    assert heads[0].startswith("1: ") and first[:20] in heads[0] and second[:20] in heads[1], heads
+    [line] = driver.find_elements(By.CSS_SELECTOR, "#run-table tr.pick")
+    assert first[:20] in line.text and second[:20] in line.text
+    line.click()
+    _wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#compare ol.ranked")) == 2 and
+          len(d.find_elements(By.CSS_SELECTOR, "#compare .tree-root")) == 2, timeout, "both crawls and lists")
+    lists = driver.find_elements(By.CSS_SELECTOR, "#compare ol.ranked")
+    assert all(lst.find_elements(By.CSS_SELECTOR, "li.ranked-paper") for lst in lists)
+    driver.save_screenshot(str(shots / "pasa_serve_runs_compared.png"))
+    return heads
 
 
 def cancel_in_the_page(driver, url: str, shots: Path) -> float:
@@ -200,5 +236,19 @@ def test_the_embedded_defaults_in_a_real_browser(tmp_path_factory, browser):
         times = drive_page(browser, url, "Which papers study graph neural networks for molecular property prediction?",
                            "2023-01-01", "eval_pasa/defaults", ("agent", "search"), shots, timeout=240)
         times["cancel_s"] = cancel_in_the_page(browser, url, shots)
+        # the same need asked another way, then both page searches side by side (issue 39's Show)
+        second = "Show me work on predicting properties of molecules with message-passing graph networks."
+        find = browser.find_element
+        from selenium.webdriver.common.by import By
+
+        find(By.ID, "tab-search").click()
+        find(By.ID, "query").clear()
+        find(By.ID, "query").send_keys(second)
+        find(By.ID, "before").send_keys("2023-01-01")
+        find(By.ID, "submit").click()
+        _wait(browser, lambda d: "papers crawled" in find(By.ID, "status").text and
+              not find(By.ID, "cancel").is_displayed(), 240, "the second search's ranked list")
+        compare_page_searches(browser, "Which papers study graph neural networks for molecular property prediction?",
+                              second, shots)
     print("embedded defaults:", json.dumps(times))
     (shots / "pasa_serve_timings.json").write_text(json.dumps(times, indent=1) + "\n")

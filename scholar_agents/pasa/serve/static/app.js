@@ -205,23 +205,34 @@ function loadRuns() {
     const sel = $("runs-list");
     const keep = sel.value;
     const when = (t) => new Date(t * 1000).toLocaleString();
-    sel.replaceChildren(...r.runs.map((x) => el("option", { value: x.path },
-      `${x.query ? `"${x.query.slice(0, 60)}${x.query.length > 60 ? "…" : ""}" · ` : ""}${x.path}  (${x.kind}, ${when(x.mtime)})`)));
+    const name = (x) => `${x.query ? `"${x.query.slice(0, 60)}${x.query.length > 60 ? "…" : ""}" · ` : ""}${x.path}  (${x.kind}, ${when(x.mtime)})`;
+    sel.replaceChildren(...r.runs.map((x) => el("option", { value: x.path }, name(x))));
     if (keep) sel.value = keep;
+    // a second run to put beside the first (two page searches, two evals): "with"
+    const other = $("compare-run"), keepOther = other.value;
+    other.replaceChildren(el("option", { value: "" }, "(no other run)"), ...r.runs.map((x) => el("option", { value: x.path }, name(x))));
+    other.value = keepOther;
   }).catch(showError);
 }
+let openedPath = null;
 $("open-run").onclick = () => openRun($("run-path").value.trim() || $("runs-list").value);
 $("runs-list").onchange = () => { $("run-path").value = ""; openRun($("runs-list").value); };  // opens at once
+$("compare-run").onchange = () => { if (openedPath) openRun(openedPath); };
 
 function openRun(path) {
   showError(null);
-  api(`/api/run?path=${encodeURIComponent(path)}`).then((r) => {
+  openedPath = path;
+  const other = $("compare-run").value;
+  const withRun = other && other !== path ? `&with=${encodeURIComponent(other)}` : "";
+  api(`/api/run?path=${encodeURIComponent(path)}${withRun}`).then((r) => {
     runData = r;
     const label = (n) => (r.info && r.info[n] ? r.info[n].label : n);
-    $("run-kind").textContent = `${r.kind}: ${r.queries.length} queries, rows ${r.rows.map(label).join(", ")}`;
+    $("run-kind").textContent = `${r.kind}: ${r.queries.length} quer${r.queries.length === 1 ? "y" : "ies"}, rows ${r.rows.map(label).join(", ")}`;
+    // two runs: the first row of each, side by side; one run: its first two rows
+    const firstOf = r.paths ? r.paths.map((_, i) => r.rows.find((n) => n.startsWith(`${i + 1}:`))) : r.rows.slice(0, 2);
     for (const [id, i] of [["compare-a", 0], ["compare-b", 1]]) {
       $(id).replaceChildren(...r.rows.map((n) => el("option", { value: n }, label(n))));
-      $(id).value = r.rows[Math.min(i, r.rows.length - 1)];
+      $(id).value = firstOf[i] || r.rows[Math.min(i, r.rows.length - 1)];
     }
     renderRunTable();
     $("compare").replaceChildren();
@@ -244,7 +255,7 @@ function renderRunTable() {
   const sub = el("tr", {}, ...rows.flatMap((n) => (cols[n].length ? cols[n] : [""]).map((c) => el("th", { title: (r.column_help || {})[c] || c }, SHORT[c] || c))));
   // the mean of every column over the queries, with eval pasa's 95 % interval where the run has one
   const ci = (m) => (m && m.ci ? ` (${fmt(m.ci[0])}–${fmt(m.ci[1])})` : "");
-  const mean = el("tr", { class: "mean" }, el("td", { class: "q" }, el("b", {}, `mean of ${r.queries.length} queries`)),
+  const mean = el("tr", { class: "mean" }, el("td", { class: "q" }, el("b", {}, `mean of ${r.queries.length} quer${r.queries.length === 1 ? "y" : "ies"}`)),
     ...rows.flatMap((n) => (cols[n].length ? cols[n] : [""]).map((c) => {
       const m = ((r.means || {})[n] || {})[c];
       return el("td", { class: "num" }, el("b", {}, m ? fmt(m.mean) : ""), m ? ci(m) : "");
@@ -266,16 +277,38 @@ function renderRunTable() {
 
 function compare(q, rows) {
   const box = $("compare");
-  box.replaceChildren(...rows.map((n) => el("div", { class: "col tree", "data-row": n }, el("h2", {}, n), el("div", { class: "meta" }, "loading…"))));
+  const label = (n) => (runData.info && runData.info[n] ? runData.info[n].label : n);
+  box.replaceChildren(...rows.map((n) => el("div", { class: "col tree", "data-row": n }, el("h2", {}, label(n)), el("div", { class: "meta" }, "loading…"))));
+  const lists = {};
   rows.forEach((n, i) => {
     const col = box.children[i];
     const m = q.rows[n] || {};
     const extra = [m.stopped_by ? `stopped by ${[].concat(m.stopped_by).filter((s) => s).join(", ") || "–"}` : "",
       m.grammar_errors && Object.keys(m.grammar_errors).length ? `grammar errors ${JSON.stringify(m.grammar_errors)}` : ""].filter(Boolean).join(" · ");
     if (!runData.trees[n]) { col.children[1].textContent = `this row kept no trajectories${extra ? " · " + extra : ""}`; return; }
-    api(`/api/run/tree?path=${encodeURIComponent(runData.path)}&row=${encodeURIComponent(n)}&qid=${encodeURIComponent(q.qid)}`)
-      .then((t) => col.children[1].replaceWith(...t.trees.map(renderTree)))
+    // each row reads its own run, row and query (a merged table of two runs keeps them per row and cell)
+    const info = (runData.info || {})[n] || {};
+    const path = info.path || runData.path, row = info.row || n, qid = m.qid || q.qid;
+    api(`/api/run/tree?path=${encodeURIComponent(path)}&row=${encodeURIComponent(row)}&qid=${encodeURIComponent(qid)}`)
+      .then((t) => {
+        const parts = [];
+        if (t.ranked && t.ranked.length) { lists[n] = t.ranked; parts.push(el("ol", { class: "ranked" })); }
+        col.children[1].replaceWith(...parts, ...t.trees.map(renderTree));
+        markShared(box, rows, lists);
+      })
       .catch((e) => { col.children[1].textContent = e.message; });
+  });
+}
+// the final lists of two searches, top 10 each, a paper in both marked "in both"
+function markShared(box, rows, lists) {
+  rows.forEach((n, i) => {
+    const ol = box.children[i].querySelector("ol.ranked");
+    if (!ol || !lists[n]) return;
+    const others = new Set(rows.filter((o) => o !== n && lists[o]).flatMap((o) => lists[o].map((p) => p.paper_id)));
+    ol.replaceChildren(el("lh", { class: "meta" }, "the final list, top 10"), ...lists[n].map((p) => el("li", { class: `ranked-paper${p.gold ? " gold" : ""}` },
+      p.gold ? el("span", { class: "gold", title: "a gold paper of this query" }, "★ ") : "", paperLink(p.paper_id, p.title),
+      el("span", { class: "meta" }, ` ${p.score == null ? "" : `P ${p.score.toFixed(2)}`}${p.selected ? " · selected" : ""}`),
+      others.has(p.paper_id) ? el("span", { class: "shared" }, " · in both") : "")));
   });
 }
 
