@@ -250,5 +250,15 @@ def test_the_embedded_defaults_in_a_real_browser(tmp_path_factory, browser):
               not find(By.ID, "cancel").is_displayed(), 240, "the second search's ranked list")
         compare_page_searches(browser, "Which papers study graph neural networks for molecular property prediction?",
                               second, shots)
+        # "more like this" from the second search's first result: a crawl seeded with that paper
+        find(By.ID, "tab-search").click()
+        first = browser.find_elements(By.CSS_SELECTOR, "#results tr.paper-row")[0]
+        title = first.find_element(By.TAG_NAME, "a").text
+        first.find_element(By.CSS_SELECTOR, "button.more").click()
+        _wait(browser, lambda d: find(By.ID, "query").get_attribute("value") == title and
+              "papers crawled" in find(By.ID, "status").text and not find(By.ID, "cancel").is_displayed(), 240,
+              "the more-like-this ranked list")
+        assert title in [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#results tr.paper-row a")]
+        browser.save_screenshot(str(shots / "pasa_serve_more_like_this.png"))
     print("embedded defaults:", json.dumps(times))
     (shots / "pasa_serve_timings.json").write_text(json.dumps(times, indent=1) + "\n")
