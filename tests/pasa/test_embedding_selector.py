@@ -183,3 +183,36 @@ def test_eval_selector_leaves_out_the_queries_the_selector_was_fitted_on(tmp_pat
     every = eval_selector(compose("eval_selector", [*base, "data.exclude_fitted=false",
                                                     f"paths.output_dir={tmp_path / 'b'}"]))
     assert every["metrics"]["n"] == len(pairs)
+
+
+def test_fusion_ceiling_script_finds_the_miners_score_weighted_against_relevance(tmp_path, embedder):
+    """scripts/selector_fusion_ceiling.py (docs/selector.md, "Would a calibrated fusion with BM25 win there?") on a
+    pair set whose negatives were chosen for their word overlap with the query, as BM25 mining does: BM25 alone ranks
+    them first (AUC below 0.5), and the fusion fitted across query halves learns a NEGATIVE BM25 weight — the
+    artifact the docs report — and beats BM25."""
+    import subprocess
+    import sys
+
+    from tests.paths import REPO
+
+    pairs = []
+    for i, (a, b) in enumerate(PARTNERS):
+        for j, tmpl in enumerate(TEMPLATES[:2]):
+            query = tmpl.format(t=a)
+            for k in range(2):
+                pairs.append({"qid": f"q{i}-{j}", "query": query, "title": f"Advances in {b} ({k})",
+                              "abstract": f"We study {b}.", "label": True})
+                pairs.append({"qid": f"q{i}-{j}", "query": query, "title": f"{a} {a} ({k})",
+                              "abstract": f"{query} {a}, {a} and {a}.", "label": False})
+    (tmp_path / "pairs_bm25").mkdir()
+    (tmp_path / "pairs_bm25" / "pairs_test.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
+    save_adapter(tmp_path / "model", np.eye(embedder.dim, dtype=np.float32), 1.0, 0.0,
+                 {"kind": "embedding", "embedder": "embedded:minilm", "threshold": 0.5})
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "selector_fusion_ceiling.py"), str(tmp_path),
+                          "--miners", "bm25", "--samples", "50"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    row = json.loads((tmp_path / "fusion_ceiling.json").read_text())["bm25"]
+    assert row["pairs"] == len(pairs) and row["queries"] == 12 and row["single"]["bm25"] < 0.5
+    fused = row["fusions"]["adapter + BM25"]
+    assert all(w < 0 for w in fused["weights"]["bm25"]) and fused["vs_bm25"][0] > 0
+    assert "| bm25-mined |" in (tmp_path / "fusion_ceiling.md").read_text()
