@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Issue 37 item 1: the embedding Selector (scholar_agents/pasa/embedding_selector.py) against zero-shot MiniLM cosine
-# and BM25 on held-out queries, negatives mined by BM25 and by dense search, queries in the original AutoScholarQuery
+# and BM25 on held-out queries, negatives mined by BM25, by dense search and by hybrid search (the CPU default
+# `search=auto`: what a crawl's queue holds), queries in the original AutoScholarQuery
 # phrasing and the five request forms (data_gen.request_forms); one table (docs/selector.md, "Embedding Selector").
 #
 #   OUT=/work/runs/selector bash scripts/selector_embedding.sh          # SHIP=1: also write the bundled model
 #
 # 1. labelled pairs from AutoScholarQuery dev (../shared) against the shared corpus, split BY QUERY (30 % of the
 #    usable queries held out; gold = positive, the search's non-gold hits = negative), once per negatives miner
-#    (scripts/build_selector_eval_pairs.py --search bm25 | dense; the dense index is built on first use);
+#    (scripts/build_selector_eval_pairs.py --search bm25 | dense | hybrid; the dense index is built on first use);
 # 2. `scholar train selector_embedding` on the BM25 pairs' train part, also asked in the five request forms (its dev
 #    split chooses λ and the threshold);
 # 3. `scholar eval selector` on each held-out part in each phrasing, with the cosine and BM25 rows and the paired
@@ -18,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-outputs/selector_embedding}
-MINERS=${MINERS:-"bm25 dense"}
+MINERS=${MINERS:-"bm25 dense hybrid"}
 FORMS=${FORMS:-"original imperative papers_that looking_for show_me multi_sentence"}
 PAIRS_ARGS=${PAIRS_ARGS:-"--max-queries 1000 --pos-per-query 3 --neg-per-query 4 --negatives before \
 --test-fraction 0.3 --max-abstract-chars 600 --seed 0"}
@@ -33,7 +34,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-
 mkdir -p "$OUT"
 for miner in $MINERS; do
   if [ ! -f "$OUT/pairs_$miner/stats.json" ]; then
-    k_args=""; [ "$miner" = dense ] && k_args="--k $DENSE_K"
+    k_args=""; [ "$miner" != bm25 ] && k_args="--k $DENSE_K"  # dense and hybrid: the deeper k
     # shellcheck disable=SC2086
     python scripts/build_selector_eval_pairs.py --papers shared_corpus --search "$miner" --out-dir "$OUT/pairs_$miner" \
       $PAIRS_ARGS $k_args
