@@ -121,6 +121,22 @@ def test_search_runs_and_compare_in_a_real_browser_on_the_tiny_model(tiny_server
     print("tiny model:", json.dumps(times))
 
 
+def more_like_this_in_the_page(driver, timeout: float) -> str:
+    """Issue 39 item 6 in the page: "more like this" on the current list's first result crawls from that paper (its
+    title becomes the query) and ends in a ranked list that holds the paper itself; returns the title."""
+    from selenium.webdriver.common.by import By
+
+    find = driver.find_element
+    first = driver.find_elements(By.CSS_SELECTOR, "#results tr.paper-row")[0]
+    title = first.find_element(By.TAG_NAME, "a").text
+    first.find_element(By.CSS_SELECTOR, "button.more").click()
+    _wait(driver, lambda d: find(By.ID, "query").get_attribute("value") == title and
+          "papers crawled" in find(By.ID, "status").text and not find(By.ID, "cancel").is_displayed(), timeout,
+          "the more-like-this ranked list")
+    assert title in [a.text for a in driver.find_elements(By.CSS_SELECTOR, "#results tr.paper-row a")]
+    return title
+
+
 def test_more_like_this_and_page_searches_as_runs_in_a_real_browser(tiny_server, browser, tmp_path):
     """Issue 39 items 4 and 6 in the page: a result's "more like this" starts a crawl from that paper (its title
     becomes the query, the crawl streams and ends in a ranked list that holds the paper), and both searches are
@@ -135,14 +151,7 @@ def test_more_like_this_and_page_searches_as_runs_in_a_real_browser(tiny_server,
     find(By.ID, "before").send_keys("2023-01-01")
     find(By.ID, "submit").click()
     _wait(driver, lambda d: "papers crawled" in find(By.ID, "status").text, 120, "the first ranked list")
-    first = driver.find_elements(By.CSS_SELECTOR, "#results tr.paper-row")[0]
-    title = first.find_element(By.TAG_NAME, "a").text
-    first.find_element(By.CSS_SELECTOR, "button.more").click()
-    _wait(driver, lambda d: find(By.ID, "query").get_attribute("value") == title and
-          "papers crawled" in find(By.ID, "status").text and not find(By.ID, "cancel").is_displayed(), 120,
-          "the more-like-this ranked list")
-    titles = [a.text for a in driver.find_elements(By.CSS_SELECTOR, "#results tr.paper-row a")]
-    assert title in titles  # the seed paper itself is in its crawl's queue
+    title = more_like_this_in_the_page(driver, 120)
     find(By.ID, "tab-runs").click()
     _wait(driver, lambda d: len([o for o in Select(find(By.ID, "runs-list")).options
                                  if "page_searches/" in o.get_attribute("value")]) >= 2, 20, "the page searches")
@@ -252,13 +261,7 @@ def test_the_embedded_defaults_in_a_real_browser(tmp_path_factory, browser):
                               second, shots)
         # "more like this" from the second search's first result: a crawl seeded with that paper
         find(By.ID, "tab-search").click()
-        first = browser.find_elements(By.CSS_SELECTOR, "#results tr.paper-row")[0]
-        title = first.find_element(By.TAG_NAME, "a").text
-        first.find_element(By.CSS_SELECTOR, "button.more").click()
-        _wait(browser, lambda d: find(By.ID, "query").get_attribute("value") == title and
-              "papers crawled" in find(By.ID, "status").text and not find(By.ID, "cancel").is_displayed(), 240,
-              "the more-like-this ranked list")
-        assert title in [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#results tr.paper-row a")]
+        more_like_this_in_the_page(browser, 240)
         browser.save_screenshot(str(shots / "pasa_serve_more_like_this.png"))
     print("embedded defaults:", json.dumps(times))
     (shots / "pasa_serve_timings.json").write_text(json.dumps(times, indent=1) + "\n")
