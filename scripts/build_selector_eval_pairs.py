@@ -59,6 +59,24 @@ def interleave(*lists):
     return out
 
 
+def read_qids(paths: list[str]) -> set[str]:
+    """qids from files of one qid a line or from pairs JSONL (each row's ``qid``)."""
+    qids: set[str] = set()
+    for path in paths:
+        for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+            line = line.strip()
+            if not line:
+                continue
+            if line.startswith("{"):
+                try:
+                    qids.add(str(json.loads(line)["qid"]))
+                except (json.JSONDecodeError, KeyError) as e:
+                    raise SystemExit(f"{path}:{n}: not a pairs row with a qid ({e})") from e
+            else:
+                qids.add(line)
+    return qids
+
+
 def teacher_accepts(embedder, query: str, papers: list, abstract_chars: int, threshold: float) -> list[bool]:
     """The offline teacher's decision per paper: cosine(query, title + abstract as the Selector reads it) >= threshold."""
     if not papers:
@@ -98,6 +116,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--rebuild-index", action="store_true", help="rebuild the search index instead of loading it")
     ap.add_argument("--no-balance-train", dest="balance_train", action="store_false",
                     help="write every train pair to sft_train.jsonl (default: positives + as many negatives)")
+    ap.add_argument("--exclude-qids", nargs="*", default=[], metavar="FILE",
+                    help="drop these queries before the split: files of one qid a line, or pairs JSONL (their qids), "
+                         "e.g. another pair set's pairs_test.jsonl, so a training set never holds its held-out queries")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
 
@@ -124,6 +145,11 @@ def main(argv: list[str] | None = None) -> dict:
     with PaperStore(pcfg.store, readonly=True) as store:
         search = load_or_build_search(scfg, store, embedder, pcfg.index_dir, progress=True)
         queries = load_pasa_queries(queries_path)
+        excluded = read_qids(args.exclude_qids)
+        n_excluded = sum(q.qid in excluded for q in queries)
+        queries = [q for q in queries if q.qid not in excluded]
+        if excluded:
+            log.info("excluded %d queries listed in %s", n_excluded, ", ".join(args.exclude_qids))
         rng = random.Random(args.seed)
         usable = []
         for q in queries:
@@ -142,6 +168,8 @@ def main(argv: list[str] | None = None) -> dict:
         n_test = round(len(usable) * args.test_fraction)
         rows: dict[str, list[dict]] = {"train": [], "test": []}
         stats = Counter()
+        if excluded:
+            stats["excluded_queries"] = n_excluded
         for i, ((q, pos), hb, ha) in enumerate(zip(usable, hits_before, hits_any)):
             split = "test" if i < n_test else "train"
             gold_ids = set(q.gold_ids)

@@ -4,6 +4,8 @@ query, and SFT chats whose answer is the decision token."""
 import importlib.util
 import json
 
+import pytest
+
 from scholar_agents.eval.selector import load_labelled_pairs
 from tests.paths import REPO
 
@@ -69,3 +71,26 @@ def test_teacher_filters_train_labels_only(tmp_path, monkeypatch):
     cos = (q * d).sum(1)
     for r, c in zip(rows, cos):
         assert (c >= threshold - 1e-5) if r["label"] else (c < threshold + 1e-5), (r["label"], c)
+
+
+def test_exclude_qids_keeps_another_sets_held_out_queries_out(tmp_path, monkeypatch):
+    """--exclude-qids (a pairs file or a qid list) drops those queries before the split: a training set built with
+    another set's pairs_test.jsonl never holds one of its held-out queries; --test-fraction 0 puts the rest in train."""
+    monkeypatch.setenv("SCHOLAR_CACHE", str(tmp_path / "cache"))
+    script = _load_script()
+    queries = str(REPO / "scholar_agents" / "assets" / "sample" / "autoscholarquery_dev.jsonl")
+    common = ["--papers", "sample", "--search", "bm25", "--queries", queries, "--max-queries", "20",
+              "--neg-per-query", "2"]
+    script.main(common + ["--out-dir", str(tmp_path / "heldout"), "--test-fraction", "0.25"])
+    held = {p.qid for p in load_labelled_pairs(tmp_path / "heldout" / "pairs_test.jsonl")}
+    assert len(held) == 5
+    (tmp_path / "more.txt").write_text("\n" + "AutoScholarQuery_dev_not_a_qid\n")
+    summary = script.main(common + ["--out-dir", str(tmp_path / "train"), "--test-fraction", "0", "--title-only",
+                                    "--exclude-qids", str(tmp_path / "heldout" / "pairs_test.jsonl"),
+                                    str(tmp_path / "more.txt")])
+    train = load_labelled_pairs(tmp_path / "train" / "pairs_train.jsonl")
+    assert summary["counts"]["excluded_queries"] == 5 and summary["test_pairs"] == 0
+    assert train and not {p.qid for p in train} & held
+    (tmp_path / "bad.jsonl").write_text('{"paper_id": "x"}\n')
+    with pytest.raises(SystemExit, match="bad.jsonl:1"):
+        script.main(common + ["--out-dir", str(tmp_path / "bad"), "--exclude-qids", str(tmp_path / "bad.jsonl")])
