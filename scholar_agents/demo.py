@@ -216,9 +216,10 @@ def _ppo_note(out: Path) -> str:
                 "(BM25 and hybrid search), with the embedded Selector's reward (which accepts every paper, so Eq. 2 "
                 "pays for any paper and PPO learns to search more) and without it (docs/ppo.md, \"Real data, long "
                 "enough to tell\"). The critic-free estimators (ppo.estimator=grpo|rloo, whole crawls with a group "
-                "baseline; issue 36) are proven on the known-answer tasks and are being compared with paper_mc and "
-                "gae on real queries at an equal rollout budget (docs/ppo.md, \"Real queries: the four estimators\"); "
-                "none has shown a held-out gain yet, so the demo does not take policy steps with any of them. "
+                "baseline; issue 36) are proven on the known-answer tasks; on real queries all four estimators "
+                "(grpo, rloo, paper_mc, gae) ran 30 steps at an equal rollout budget and none added held-out recall "
+                "(three left every held-out query's recall unchanged, gae lost one gold paper; docs/ppo.md, \"Real "
+                "queries: the four estimators\"), so the demo takes policy steps with none of them. "
                 "`stage_specs.ppo` takes policy steps when ppo.policy_freeze_steps < ppo.total_steps. Training "
                 "curves: ppo/training_curves.png.")
     return (f"PPO stage: {steps - freeze} policy update steps after {freeze} value warm-up steps ({ret}). "
