@@ -69,6 +69,13 @@ def summarise(name: str, run: Path) -> dict | None:
         qids = sorted(set(start) & set(final))
         d = paired_diff([final[q] for q in qids], [start[q] for q in qids])
         row["paired"] = (d.diff, d.ci, len(qids), evals[-1][1])
+    # per [Search] / [Expand] written: [Stop] is free (cost_stop 0) and a policy may drop it, which would move a
+    # per-action figure with no change in what the crawl did
+    per_action = [r["reward/session_reward"] / (r["rollout/search_per_session"] + r.get("rollout/expand_per_session", 0))
+                  for r in steps if "reward/session_reward" in r
+                  and r.get("rollout/search_per_session", 0) + r.get("rollout/expand_per_session", 0) > 0]
+    row["reward_per_action"] = (float(np.mean(per_action[:5])), float(np.mean(per_action[-5:]))) if per_action else None
+    row["gold_differs"] = _mean(steps, "group/gold_differs_share")
     row["curve"] = [(r["step"], r.get("reward/gold_hits")) for r in steps]
     return row
 
@@ -79,9 +86,10 @@ def markdown(rows: list[dict], out: Path) -> str:
              "crawler recall on the adapter's held-out dev queries; paired = last evaluation − start over the same "
              "queries, 95 % bootstrap interval.", "",
              "| estimator | steps | search sessions (crawls) / step | sessions / step | generated tokens / step | s / step "
-             "| gold hits / session, first → last 5 | searches / session, first → last 5 | flat groups | within-group "
-             "std of R | KL / token, last 5 | held-out recall by step | last − start, paired |",
-             "|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---|---|"]
+             "| gold hits / session, first → last 5 | searches / session, first → last 5 | Eq. 1 reward / search or expand, "
+             "first → last 5 | flat groups | groups whose gold differs | within-group std of R | KL / token, last 5 "
+             "| held-out recall by step | last − start, paired |",
+             "|---|---:|---:|---:|---:|---:|---|---|---|---:|---:|---:|---:|---|---|"]
     for r in rows:
         ev = ", ".join(f"{s}: {v:.3f}" for _, s, v in r["evals"]) or "—"
         if "paired" in r:
@@ -89,9 +97,12 @@ def markdown(rows: list[dict], out: Path) -> str:
             pair = f"{d:+.3f} ({ci[0]:+.3f} to {ci[1]:+.3f}), {n} queries, step {s}" if ci else f"{d:+.3f}"
         else:
             pair = "—"
+        rpa = r["reward_per_action"]
+        per_action = f"{_f(rpa[0])} → {_f(rpa[1])}" if rpa else "—"
         lines.append(f"| `{r['estimator']}` | {r['steps']} | {_f(r['crawls'], 1)} | {_f(r['sessions'], 1)} | "
                      f"{_f(r['tokens'], 0)} | {_f(r['seconds'], 0)} | {_f(r['gold_first'])} → {_f(r['gold_last'])} | "
-                     f"{_f(r['search_first'])} → {_f(r['search_last'])} | {_f(r['flat'])} | {_f(r['return_std'])} | "
+                     f"{_f(r['search_first'])} → {_f(r['search_last'])} | {per_action} | {_f(r['flat'])} | "
+                     f"{_f(r['gold_differs'])} | {_f(r['return_std'])} | "
                      f"{_f(r['kl'], 3)} | {ev} | {pair} |")
     return "\n".join(lines) + "\n"
 

@@ -13,7 +13,8 @@ def _run(root, name, gold, evals):
     run.mkdir(parents=True)
     rows = [{"step": i + 1, "rollout/sessions": 8.0, "rollout/response_tokens": 20.0, "rollout/search_sessions": 8.0,
              "timing_s/step": 100.0, "reward/gold_hits": g, "rollout/search_per_session": 1.0,
-             "group/flat_share": 0.25, "group/return_std": 0.5, "actor/kl_to_sft": 0.01} for i, g in enumerate(gold)]
+             "group/flat_share": 0.25, "group/return_std": 0.5, "actor/kl_to_sft": 0.01,
+             "group/gold_differs_share": 0.4, "reward/session_reward": 2 * g, "rollout/expand_per_session": 1.0} for i, g in enumerate(gold)]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     for tag, recalls in evals.items():
         (run / f"eval_{tag}.jsonl").write_text("".join(
@@ -29,6 +30,7 @@ def test_the_table_pairs_the_last_held_out_figure_with_the_start(tmp_path):
     table = (tmp_path / "estimators.md").read_text()
     grpo = next(line for line in table.splitlines() if line.startswith("| `grpo`"))
     assert "| 10 |" in grpo and "0.10 → 0.90" in grpo and "160" in grpo  # steps, gold first → last 5, 8 x 20 tokens
+    assert "| 0.10 → 0.90 | 0.25 | 0.40 |" in grpo  # Eq. 1 reward per search or expand (2g / 2), flat, gold differs
     assert "0: 0.500, 10: 0.750" in grpo and "+0.250" in grpo and "4 queries, step 10" in grpo
     rloo = next(line for line in table.splitlines() if line.startswith("| `rloo`"))
     assert rloo.rstrip().endswith("| — |")  # only the start evaluation: nothing to pair yet
