@@ -76,6 +76,7 @@ PY
   BY_HAND=scholar_agents/assets/researcher_requests/heldout_by_hand.jsonl
   START="{name: agent, method: agent, fallback_search: true, use_selector: false, label: 'Start: the shipped adapter'}"
   for setting in date_filtered whole_corpus; do
+    mkdir -p "$OUT/heldout/by_hand_$setting"   # eval pasa resumes into resume_dir, which must exist
     scholar eval pasa papers=shared_corpus queries.path="$BY_HAND" search="$SEARCH" setting="$setting" \
       crawler.env.max_actions=5 crawler.env.max_sessions=4 crawler.env.search_k=20 chunk_queries=10 \
       resume_dir="$OUT/heldout/by_hand_$setting" \

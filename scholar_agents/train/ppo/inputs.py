@@ -57,6 +57,18 @@ class PPOInputs:
                              constrained=e.constrained, search=e.search)
 
 
+def train_phrasings(queries: list[ScholarQuery], forms) -> list[ScholarQuery]:
+    """``queries.train.phrasings``: every training query asked in each of these request forms
+    (``data_gen.request_forms``; same qid, date and gold papers), so a step samples (query, form) pairs and the policy
+    is trained on how researchers ask, not only on AutoScholarQuery's phrasing. null / [] = as written."""
+    if not forms:
+        return queries
+    from scholar_agents.data_gen.request_forms import rewrite_query
+
+    forms = list(forms)
+    return [rewrite_query(q, form) for q in queries for form in forms]
+
+
 def build_ppo_inputs(cfg: DictConfig) -> PPOInputs:
     """The ``train crawler_ppo`` root config -> :class:`PPOInputs` (refusing what PPO cannot train on)."""
     import torch
@@ -70,7 +82,7 @@ def build_ppo_inputs(cfg: DictConfig) -> PPOInputs:
             raise ValueError(f"crawler.env.{switch}=true cannot be used for PPO: a search of the user's query by "
                              "the environment is not an action of the policy (no tokens, no log-prob). Train "
                              f"with crawler.env.{switch}=false")
-    train_queries = load_queries(cfg.queries.train)
+    train_queries = train_phrasings(load_queries(cfg.queries.train), cfg.queries.train.get("phrasings"))
     eval_queries = [q for q in load_queries(cfg.queries.eval) if q.gold_ids]
     overlap = {q.qid for q in train_queries} & {q.qid for q in eval_queries}
     if overlap:

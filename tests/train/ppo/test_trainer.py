@@ -247,3 +247,39 @@ def test_critic_free_estimator_under_deepspeed_has_one_parameter_group(tiny_mode
         assert not (tr.save(1) / "value").exists()
     finally:
         tr.close()
+
+
+def test_training_queries_in_request_forms(tiny_model_dir, ppo_papers, tmp_path):
+    """queries.train.phrasings: every training query is also asked in each request form (same qid, date and gold),
+    so the policy is trained on how researchers ask; a step's rollout prompts carry the rewritten questions."""
+    from pathlib import Path
+
+    from scholar_agents.data_gen.request_forms import rewrite
+    from scholar_agents.hydra_app import compose
+    from scholar_agents.train.ppo.trainer import PPOTrainer
+
+    forms = ["original", "multi_sentence"]
+    cfg = compose("train_crawler_ppo", tiny_overrides(tiny_model_dir, ppo_papers, tmp_path, queries_per_step=4)
+                  + ["queries.train.limit=3", f"queries.train.phrasings=[{','.join(forms)}]"])
+    tr = PPOTrainer.from_config(cfg, Path(tmp_path))
+    try:
+        qs = tr.train_queries
+        assert len(qs) == 6 and [q.qid for q in qs[::2]] == [q.qid for q in qs[1::2]]
+        for plain, asked in zip(qs[::2], qs[1::2]):
+            assert asked.question == rewrite(plain.question, "multi_sentence") != plain.question
+            assert asked.gold_ids == plain.gold_ids and asked.before == plain.before
+        seen = []
+        original_generate = tr.engine.llm.generate
+
+        def spy(prompts, *a, **k):
+            seen.extend(str(p) for p in prompts)
+            return original_generate(prompts, *a, **k)
+
+        tr.engine.llm.generate = spy
+        tr.train_step(0)
+        assert any(any(q.question in p for p in seen) for q in qs[1::2])  # a rewritten question was crawled
+    finally:
+        tr.close()
+    with pytest.raises(Exception, match="unknown request form"):
+        PPOTrainer.from_config(compose("train_crawler_ppo", tiny_overrides(tiny_model_dir, ppo_papers, tmp_path)
+                                       + ["queries.train.phrasings=[shouting]"]), Path(tmp_path))
