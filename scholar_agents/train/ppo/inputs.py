@@ -65,7 +65,7 @@ def train_phrasings(queries: list[ScholarQuery], forms) -> list[ScholarQuery]:
         return queries
     from scholar_agents.data_gen.request_forms import rewrite_query
 
-    forms = list(forms)
+    forms = [forms] if isinstance(forms, str) else list(forms)  # `phrasings=multi_sentence` is one form
     return [rewrite_query(q, form) for q in queries for form in forms]
 
 
