@@ -20,7 +20,7 @@
 # adapter's 100 held-out queries in the original phrasing and the five request forms, both settings, with BM25 /
 # dense / hybrid search-only rows where a dense index exists (SHIP=0: the shipped adapter's card is not touched), and
 # `eval pasa` on the 33 requests rewritten by hand (assets/researcher_requests), both settings; paired intervals in
-# each report. Resumable like the rest (eval pasa's resume_dir).
+# each report, under $OUT/heldout/$BEST/. Resumable like the rest (eval pasa's resume_dir).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-outputs/ppo_estimators}
@@ -72,14 +72,14 @@ PY
   RUN="$OUT/$BEST/main"
   [ -f "$OUT/$BEST/export/config.json" ] || scholar train export export.source="$RUN" export.output_dir="$OUT/$BEST/export"
   PPO_ROW="{name: agent_ppo, method: agent, crawler_model: '$OUT/$BEST/export', constrained: true, fallback_search: true, use_selector: false, label: 'After PPO ($BEST)'}"
-  EXTRA_ROWS="$PPO_ROW" SHIP=0 OUT="$OUT/heldout" bash scripts/crawler_phrasings.sh
+  EXTRA_ROWS="$PPO_ROW" SHIP=0 OUT="$OUT/heldout/$BEST" bash scripts/crawler_phrasings.sh
   BY_HAND=scholar_agents/assets/researcher_requests/heldout_by_hand.jsonl
   START="{name: agent, method: agent, fallback_search: true, use_selector: false, label: 'Start: the shipped adapter'}"
   for setting in date_filtered whole_corpus; do
-    mkdir -p "$OUT/heldout/by_hand_$setting"   # eval pasa resumes into resume_dir, which must exist
+    mkdir -p "$OUT/heldout/$BEST/by_hand_$setting"   # eval pasa resumes into resume_dir, which must exist
     scholar eval pasa papers=shared_corpus queries.path="$BY_HAND" search="$SEARCH" setting="$setting" \
       crawler.env.max_actions=5 crawler.env.max_sessions=4 crawler.env.search_k=20 chunk_queries=10 \
-      resume_dir="$OUT/heldout/by_hand_$setting" \
+      resume_dir="$OUT/heldout/$BEST/by_hand_$setting" \
       "rows=[{name: search_only, method: search, label: 'Search-only ($SEARCH)'},$START,$PPO_ROW]"
   done
 fi
