@@ -43,7 +43,7 @@ from scholar_agents.papers.corpus import build_store, to_papers_config
 from scholar_agents.papers.index import load_or_build_search, to_search_config
 from scholar_agents.papers.store import PaperStore
 from scholar_agents.pasa.prompts import SELECTOR_FALSE, SELECTOR_TRUE, selector_messages
-from scholar_agents.pasa.queries import load_pasa_queries
+from scholar_agents.pasa.queries import load_pasa_queries, read_qid_file
 from scholar_agents.pasa.selector import truncate_abstract
 
 log = logging.getLogger("build_selector_eval_pairs")
@@ -57,24 +57,6 @@ def interleave(*lists):
                 seen.add(x[i])
                 out.append(x[i])
     return out
-
-
-def read_qids(paths: list[str]) -> set[str]:
-    """qids from files of one qid a line or from pairs JSONL (each row's ``qid``)."""
-    qids: set[str] = set()
-    for path in paths:
-        for n, line in enumerate(Path(path).read_text().splitlines(), 1):
-            line = line.strip()
-            if not line:
-                continue
-            if line.startswith("{"):
-                try:
-                    qids.add(str(json.loads(line)["qid"]))
-                except (json.JSONDecodeError, KeyError) as e:
-                    raise SystemExit(f"{path}:{n}: not a pairs row with a qid ({e})") from e
-            else:
-                qids.add(line)
-    return qids
 
 
 def teacher_accepts(embedder, query: str, papers: list, abstract_chars: int, threshold: float) -> list[bool]:
@@ -145,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
     with PaperStore(pcfg.store, readonly=True) as store:
         search = load_or_build_search(scfg, store, embedder, pcfg.index_dir, progress=True)
         queries = load_pasa_queries(queries_path)
-        excluded = read_qids(args.exclude_qids)
+        excluded = {qid for path in args.exclude_qids for qid in read_qid_file(path)}
         n_excluded = sum(q.qid in excluded for q in queries)
         queries = [q for q in queries if q.qid not in excluded]
         if excluded:

@@ -71,9 +71,9 @@ def summarise(name: str, run: Path) -> dict | None:
         row["paired"] = (d.diff, d.ci, len(qids), evals[-1][1])
     # per [Search] / [Expand] written: [Stop] is free (cost_stop 0) and a policy may drop it, which would move a
     # per-action figure with no change in what the crawl did
-    per_action = [r["reward/session_reward"] / (r["rollout/search_per_session"] + r.get("rollout/expand_per_session", 0))
-                  for r in steps if "reward/session_reward" in r
-                  and r.get("rollout/search_per_session", 0) + r.get("rollout/expand_per_session", 0) > 0]
+    written = [(r.get("reward/session_reward"), r.get("rollout/search_per_session", 0)
+                + r.get("rollout/expand_per_session", 0)) for r in steps]
+    per_action = [reward / n for reward, n in written if reward is not None and n > 0]
     row["reward_per_action"] = (float(np.mean(per_action[:5])), float(np.mean(per_action[-5:]))) if per_action else None
     row["gold_differs"] = _mean(steps, "group/gold_differs_share")
     row["curve"] = [(r["step"], r.get("reward/gold_hits")) for r in steps]
@@ -86,9 +86,9 @@ def markdown(rows: list[dict], out: Path) -> str:
              "crawler recall on the adapter's held-out dev queries; paired = last evaluation − start over the same "
              "queries, 95 % bootstrap interval.", "",
              "| estimator | steps | search sessions (crawls) / step | sessions / step | generated tokens / step | s / step "
-             "| gold hits / session, first → last 5 | searches / session, first → last 5 | Eq. 1 reward / search or expand, "
-             "first → last 5 | flat groups | groups whose gold differs | within-group std of R | KL / token, last 5 "
-             "| held-out recall by step | last − start, paired |",
+             "| gold hits / session, first → last 5 | searches / session, first → last 5 "
+             "| Eq. 1 reward / search or expand, first → last 5 | flat groups | groups whose gold differs "
+             "| within-group std of R | KL / token, last 5 | held-out recall by step | last − start, paired |",
              "|---|---:|---:|---:|---:|---:|---|---|---|---:|---:|---:|---:|---|---|"]
     for r in rows:
         ev = ", ".join(f"{s}: {v:.3f}" for _, s, v in r["evals"]) or "—"

@@ -72,6 +72,28 @@ def load_pasa_queries(path: str | Path, limit: Optional[int] = None, offset: int
     return out[:limit] if limit is not None else out
 
 
+def read_qid_file(path) -> set[str]:
+    """qids listed in ``path``: one qid a line, or JSONL records with a ``qid`` / ``meta.qid`` field (query records,
+    Selector pairs, training sessions) — how a split keeps another split's queries out."""
+    qids: set[str] = set()
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("{"):
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not JSON ({e})") from e
+            qid = rec.get("qid") or (rec.get("meta") or {}).get("qid")
+            if not qid:
+                raise ValueError(f"{path}:{n}: a JSONL line without `qid` or `meta.qid`: {line[:80]}")
+            qids.add(str(qid))
+        else:
+            qids.add(line)
+    return qids
+
+
 def load_queries(qcfg) -> list[ScholarQuery]:
     """``queries.path`` (PaSa JSONL) with ``offset``/``limit``, minus the qids listed in ``exclude_qids_file``
     (one qid a line, or JSONL with a ``qid`` / ``meta.qid`` field, e.g. crawler sessions): how an evaluation keeps
@@ -79,18 +101,7 @@ def load_queries(qcfg) -> list[ScholarQuery]:
     queries = load_pasa_queries(qcfg.path)
     exclude_file = qcfg.get("exclude_qids_file")
     if exclude_file:
-        excluded = set()
-        for line in Path(exclude_file).read_text().splitlines():
-            line = line.strip()
-            if line:
-                if line.startswith("{"):  # a query record (`qid`) or a training session (`meta.qid`)
-                    rec = json.loads(line)
-                    qid = rec.get("qid") or (rec.get("meta") or {}).get("qid")
-                    if not qid:
-                        raise ValueError(f"{exclude_file}: a JSONL line without `qid` or `meta.qid`: {line[:80]}")
-                    excluded.add(str(qid))
-                else:
-                    excluded.add(line)
+        excluded = read_qid_file(exclude_file)
         before = len(queries)
         queries = [q for q in queries if q.qid not in excluded]
         log.info("excluded %d queries listed in %s", before - len(queries), exclude_file)

@@ -92,5 +92,5 @@ def test_exclude_qids_keeps_another_sets_held_out_queries_out(tmp_path, monkeypa
     assert summary["counts"]["excluded_queries"] == 5 and summary["test_pairs"] == 0
     assert train and not {p.qid for p in train} & held
     (tmp_path / "bad.jsonl").write_text('{"paper_id": "x"}\n')
-    with pytest.raises(SystemExit, match="bad.jsonl:1"):
+    with pytest.raises(ValueError, match="bad.jsonl:1"):
         script.main(common + ["--out-dir", str(tmp_path / "bad"), "--exclude-qids", str(tmp_path / "bad.jsonl")])

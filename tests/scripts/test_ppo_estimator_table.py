@@ -14,7 +14,8 @@ def _run(root, name, gold, evals):
     rows = [{"step": i + 1, "rollout/sessions": 8.0, "rollout/response_tokens": 20.0, "rollout/search_sessions": 8.0,
              "timing_s/step": 100.0, "reward/gold_hits": g, "rollout/search_per_session": 1.0,
              "group/flat_share": 0.25, "group/return_std": 0.5, "actor/kl_to_sft": 0.01,
-             "group/gold_differs_share": 0.4, "reward/session_reward": 2 * g, "rollout/expand_per_session": 1.0} for i, g in enumerate(gold)]
+             "group/gold_differs_share": 0.4, "reward/session_reward": 2 * g, "rollout/expand_per_session": 1.0}
+            for i, g in enumerate(gold)]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     for tag, recalls in evals.items():
         (run / f"eval_{tag}.jsonl").write_text("".join(

@@ -280,6 +280,8 @@ def test_training_queries_in_request_forms(tiny_model_dir, ppo_papers, tmp_path)
         assert any(any(q.question in p for p in seen) for q in qs[1::2])  # a rewritten question was crawled
     finally:
         tr.close()
-    with pytest.raises(Exception, match="unknown request form"):
+    from scholar_agents.validation import UsageError
+
+    with pytest.raises(UsageError, match="unknown request form"):
         PPOTrainer.from_config(compose("train_crawler_ppo", tiny_overrides(tiny_model_dir, ppo_papers, tmp_path)
                                        + ["queries.train.phrasings=[shouting]"]), Path(tmp_path))
