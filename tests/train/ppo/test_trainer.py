@@ -257,6 +257,7 @@ def test_training_queries_in_request_forms(tiny_model_dir, ppo_papers, tmp_path)
     from scholar_agents.data_gen.request_forms import rewrite
     from scholar_agents.hydra_app import compose
     from scholar_agents.train.ppo.trainer import PPOTrainer
+    from scholar_agents.validation import UsageError
 
     forms = ["original", "multi_sentence"]
     cfg = compose("train_crawler_ppo", tiny_overrides(tiny_model_dir, ppo_papers, tmp_path, queries_per_step=4)
@@ -280,8 +281,6 @@ def test_training_queries_in_request_forms(tiny_model_dir, ppo_papers, tmp_path)
         assert any(any(q.question in p for p in seen) for q in qs[1::2])  # a rewritten question was crawled
     finally:
         tr.close()
-    from scholar_agents.validation import UsageError
-
     with pytest.raises(UsageError, match="unknown request form"):
         PPOTrainer.from_config(compose("train_crawler_ppo", tiny_overrides(tiny_model_dir, ppo_papers, tmp_path)
                                        + ["queries.train.phrasings=[shouting]"]), Path(tmp_path))
