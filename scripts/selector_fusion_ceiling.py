@@ -29,6 +29,7 @@ from scholar_agents.eval.bootstrap import BootstrapConfig, auc_diff_by_query  # 
 from scholar_agents.eval.metrics import roc_auc  # noqa: E402
 from scholar_agents.eval.selector import load_labelled_pairs  # noqa: E402
 from scholar_agents.eval.selector_baselines import bm25_scores  # noqa: E402
+from scholar_agents.llm.embedder import build_embedder  # noqa: E402
 from scholar_agents.pasa.embedding_selector import EmbeddingSelector  # noqa: E402
 from scholar_agents.pasa.pair_judge import pair_text  # noqa: E402
 from scholar_agents.pasa.selector import truncate_abstract  # noqa: E402
@@ -58,7 +59,8 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=1000, help="bootstrap resamples")
     a = ap.parse_args()
     adapter = EmbeddingSelector.load(a.model or a.out / "model")
-    zero_shot = EmbeddingSelector(adapter.embedder)  # W = I: the plain cosine
+    # W = I on the base embedder: the plain cosine (a fine-tuned Selector's own embedder is not the zero-shot one)
+    zero_shot = EmbeddingSelector(build_embedder() if "+lora" in adapter.embedder.model_id else adapter.embedder)
     boot = BootstrapConfig(samples=a.samples, seed=0)
     result, lines = {}, []
     for miner in a.miners:

@@ -86,6 +86,7 @@ def test_demo_report_puts_held_out_agent_rows_beside_search_with_intervals(tmp_p
     (run_dir / "ppo" / "metrics.json").write_text(json.dumps(metrics))
     note = _ppo_note(run_dir)
     assert "value warm-up only" in note and "frozen for all 3 steps" in note and "0.750 at step 3" in note
+    assert "100 steps" in note and "plateaued" in note  # the long run's verdict, not only the 30-step table
     assert "ppo.estimator=grpo|rloo" in note  # issue 36 item 6: the report says why no estimator takes policy steps
     metrics["ppo"]["policy_freeze_steps"] = 1
     (run_dir / "ppo" / "metrics.json").write_text(json.dumps(metrics))

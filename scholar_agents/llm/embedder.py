@@ -56,6 +56,17 @@ class Embedder:
         self._model.max_seq_length = cfg.max_length
         self.dim = int(self._model.get_embedding_dimension())
 
+    @property
+    def sentence_transformer(self):
+        """The wrapped sentence-transformers model (what ``train.encoder`` fine-tunes, ``train/encoder_lora.py``)."""
+        return self._model
+
+    def features(self, texts: Sequence[str], kind: str = "doc") -> dict:
+        """Tokenised model inputs of ``texts`` with the kind's prefix, for a forward pass with gradients."""
+        prefix = self.cfg.query_prefix if kind == "query" else self.cfg.doc_prefix
+        texts = [prefix + t for t in texts] if prefix else list(texts)
+        return self._model.preprocess(texts) if hasattr(self._model, "preprocess") else self._model.tokenize(texts)
+
     def encode(
         self,
         texts: Sequence[str],

@@ -9,6 +9,10 @@ losing what it knows. A query adapter starts AT the zero-shot ranking (W = I) an
 split says helps, with 147k parameters (0.6 MB) that ship in the repo. Only queries are mapped, so the documents'
 vectors, and a dense index built from them, stay as they are.
 
+With ``train.encoder.steps > 0`` the embedder itself is fine-tuned first (LoRA, contrastive, ``train/encoder_lora.py``)
+and its delta ships beside the adapter (``encoder_lora.safetensors``), merged into a Selector-owned copy of the
+embedder at load; the documents' vectors then are the fine-tuned encoder's, not a shared dense index's.
+
 The model directory: ``adapter.safetensors`` (``W`` [dim, dim], ``a``, ``b``; float32) and ``selector_meta.json``
 (the embedder it was fitted on, the threshold fitted on dev, dev precision / recall / F1 / AUC, the training
 record). The memo, ``probs`` and ``judge`` (evidence sentences nearest the adapted query, no generated text) are
@@ -88,12 +92,16 @@ class EmbeddingSelector(PairJudge):
     @classmethod
     def load(cls, model_dir: str | Path, embedder=None, threshold: Optional[float] = None,
              **kwargs) -> "EmbeddingSelector":
+        from scholar_agents.llm.lora_delta import LORA_FILE, apply_encoder_lora
+
         W, a, b, meta = load_adapter(model_dir)
-        if embedder is None:
+        fine_tuned = (Path(model_dir) / LORA_FILE).is_file()
+        if embedder is None or fine_tuned:  # a fine-tuned encoder is the Selector's own: never merged into a shared one
             from scholar_agents.llm.config import EmbedderConfig
             from scholar_agents.llm.embedder import build_embedder
 
             embedder = build_embedder(EmbedderConfig(model=meta.get("embedder", "embedded:minilm")))
+            apply_encoder_lora(embedder, model_dir)
         return cls(embedder, W, a, b, threshold=threshold, model_id=str(model_dir), meta=meta, **kwargs)
 
     @classmethod
