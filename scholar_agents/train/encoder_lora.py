@@ -102,18 +102,18 @@ def finetune_encoder(embedder, train: Sequence[SelectorPair], dev: Sequence[Sele
         raise ValueError("train.encoder.steps > 0 needs training queries with both a positive and a negative pair")
     st = embedder.sentence_transformer
     dev_y = np.array([bool(p.label) for p in dev])
-    dev_q = [p.query for p in dev]
     dev_d = [pair_text(p.title, truncate_abstract(p.abstract, max_chars)) for p in dev]
+    uniq_q, uniq_d = list(dict.fromkeys(p.query for p in dev)), list(dict.fromkeys(dev_d))
+    qi, di = {x: i for i, x in enumerate(uniq_q)}, {x: i for i, x in enumerate(uniq_d)}
+    q_rows, d_rows = [qi[p.query] for p in dev], [di[x] for x in dev_d]
 
     def dev_auc() -> float:
-        st.eval()
+        """AUC of the encoder's cosine on the dev pairs, each distinct text encoded once."""
         with torch.no_grad():
-            qv = embedder.encode(list(dict.fromkeys(dev_q)), kind="query")
-            dv = embedder.encode(list(dict.fromkeys(dev_d)), kind="doc")
-        st.train()
-        qi = {x: i for i, x in enumerate(dict.fromkeys(dev_q))}
-        di = {x: i for i, x in enumerate(dict.fromkeys(dev_d))}
-        return roc_auc(dev_y, np.einsum("ij,ij->i", qv[[qi[x] for x in dev_q]], dv[[di[x] for x in dev_d]]))
+            qv = embedder.encode(uniq_q, kind="query")
+            dv = embedder.encode(uniq_d, kind="doc")
+        st.train()  # encode() left the model in eval mode
+        return roc_auc(dev_y, np.einsum("ij,ij->i", qv[q_rows], dv[d_rows]))
 
     torch.manual_seed(cfg.seed)
     base = encoder_module(embedder)
@@ -141,7 +141,8 @@ def finetune_encoder(embedder, train: Sequence[SelectorPair], dev: Sequence[Sele
         state["best"] = (auc0, 0, None)
         log.info("encoder fine-tune: %d training queries, %d trainable LoRA parameters; dev AUC zero-shot %.4f",
                  len(groups), sum(p.numel() for p in params), auc0)
-    st.max_seq_length, max_len = cfg.max_length, st.max_seq_length
+    max_len = st.max_seq_length  # scoring's length; training uses cfg.max_length
+    st.max_seq_length = cfg.max_length
     t0, losses = time.perf_counter(), []
     st.train()  # dropout on, as in the uninterrupted run (a resumed one skips the step-0 dev pass that sets it)
     bar = tqdm(range(state["step"] + 1, cfg.steps + 1), desc="encoder LoRA", unit="step",
@@ -170,7 +171,8 @@ def finetune_encoder(embedder, train: Sequence[SelectorPair], dev: Sequence[Sele
             tmp = ckpt_path.with_suffix(".tmp")
             torch.save({"config": _config_key(cfg, len(groups)), "step": step, "history": state["history"],
                         "lora": {k: v for k, v in peft_model.state_dict().items() if "lora_" in k},
-                        "optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state(), "best_auc": state["best"][0], "best_step": state["best"][1],
+                        "optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state(),
+                        "best_auc": state["best"][0], "best_step": state["best"][1],
                         "best_lora": state["best"][2] or {}}, tmp)
             tmp.replace(ckpt_path)
     st.max_seq_length = max_len
