@@ -166,9 +166,10 @@ QUERY_MAX_CHARS = 60  # one [Search] query: a short keyword query, never an acti
 
 
 def action_constraint(kind: str, sections: Sequence[str] = (), max_actions: int = 6,
-                      max_query_chars: int = QUERY_MAX_CHARS) -> OutputConstraint:
+                      max_query_chars: int = QUERY_MAX_CHARS, min_searches: int = 1) -> OutputConstraint:
     """Table 8's response as an EBNF grammar that :func:`parse_response` reads with no error: ``[Search] q1
-    [Search] q2 [Stop]`` (1..``max_actions`` queries of 3..``max_query_chars`` characters, never empty) or
+    [Search] q2 [Stop]`` (``min_searches``..``max_actions`` queries of 3..``max_query_chars`` characters, never
+    empty; ``min_searches`` > 1 is PPO's forced exploration, ``ppo.forced_members``) or
     ``[Expand] s1 [Expand] s2 [Stop]`` where each ``s`` is one of the paper's real section ``sections``
     (0..``max_actions`` of them; ``[Stop]`` alone when it has none). Built per session for expansions; xgrammar /
     vLLM compile it (one compilation per distinct paper)."""
@@ -176,6 +177,8 @@ def action_constraint(kind: str, sections: Sequence[str] = (), max_actions: int 
         raise ValueError(f"a session response holds search or expand actions, got {kind!r}")
     if max_actions < 1:
         raise ValueError(f"max_actions must be >= 1, got {max_actions}")
+    if not 1 <= min_searches <= max_actions:
+        raise ValueError(f"min_searches must be in [1, max_actions={max_actions}], got {min_searches}")
     if not 3 <= max_query_chars <= 1000:
         raise ValueError(f"max_query_chars must be in [3, 1000], got {max_query_chars}")
     stop = ebnf_literal(" " + ACTION_STOP)
@@ -183,7 +186,8 @@ def action_constraint(kind: str, sections: Sequence[str] = (), max_actions: int 
         # A query starts with a letter (SmolLM2 otherwise numbers its queries "1. ...").
         arg = f"arg ::= [A-Za-z] [^\\[\\]\\x00-\\x1f]{{2,{max_query_chars - 1}}}"
         first, more = ebnf_literal(ACTION_SEARCH + " "), ebnf_literal(" " + ACTION_SEARCH + " ")
-        return OutputConstraint(grammar=f"root ::= {first} arg ({more} arg){{0,{max_actions - 1}}} {stop}\n{arg}")
+        return OutputConstraint(grammar=f"root ::= {first} arg ({more} arg){{{min_searches - 1},{max_actions - 1}}} "
+                                        f"{stop}\n{arg}")
     names = list(dict.fromkeys(" ".join(str(s).split()) for s in sections if str(s).strip()))
     if not names:
         return OutputConstraint(grammar=f"root ::= {ebnf_literal(ACTION_STOP)}")

@@ -100,14 +100,27 @@ class Crawler:
         return SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_p=c.top_p,
                               seed=c.seed + run, logprobs=c.logprobs, **REPETITION_OFF)
 
-    def generate(self, sessions: Sequence[Session], run: int = 0, n: int = 1) -> list[Generation]:
+    def generate(self, sessions: Sequence[Session], run: int = 0, n: int = 1,
+                 min_searches: int = 1) -> list[Generation]:
         """One batched generation for all sessions, ``n`` samples of each (vLLM's ``n``, HF's
         ``num_return_sequences``: the prompt is sent once). A prompt the backend rejects (e.g. longer than the model's
-        context) gets empty "error" completions — counted in ``failed_prompts`` — instead of failing the batch."""
+        context) gets empty "error" completions — counted in ``failed_prompts`` — instead of failing the batch.
+        ``min_searches`` > 1 (PPO's forced exploration, ``ppo.forced_members``): every S_q session is decoded under
+        the action grammar with at least that many [Search] actions — a behaviour policy, not π: the trainer scores
+        the sampled tokens with the model's own unconstrained log-probs."""
         t0 = time.perf_counter()
         params = replace(self.sampling(run), n=n)
         todo = list(range(len(sessions)))
         gens: list[Optional[Generation]] = [None] * len(sessions)
+        if min_searches > 1 and self.cfg.search == "model":
+            forced = [i for i in todo if sessions[i].start_state == S_Q]
+            if forced:
+                constraint = action_constraint(SEARCH, (), self.cfg.max_actions_per_session, self.cfg.max_query_chars,
+                                               min_searches=min_searches)
+                out = self._generate([sessions[i] for i in forced], replace(params, constraint=constraint))
+                for i, g in zip(forced, out):
+                    gens[i] = g
+                todo = [i for i in todo if gens[i] is None]
         if self.cfg.search == "user_query":  # the environment's own search: no tokens, nothing to train
             for i in [i for i in todo if sessions[i].start_state == S_Q]:
                 text = render_response(SEARCH, [sessions[i].state.query.question])
@@ -125,7 +138,8 @@ class Crawler:
         self.calls += 1
         return gens  # type: ignore[return-value]
 
-    def generate_shared(self, members: Sequence[Sequence[Session]], run: int = 0) -> list[list[Generation]]:
+    def generate_shared(self, members: Sequence[Sequence[Session]], run: int = 0,
+                        min_searches: int = 1) -> list[list[Generation]]:
         """The sessions of ``G = len(members)`` group members whose prompts coincide position by position (every
         member's S_q sessions of the same queries), generated in ONE call with ``n = G`` samples per prompt: the
         prompt is prefilled once, and sample g goes to member g. Sample g is drawn with seed ``seed + run + g`` on
@@ -140,7 +154,7 @@ class Crawler:
             if len(m) != len(first) or any(a.prompt != b.prompt or a.start_state != b.start_state
                                            for a, b in zip(m, first)):
                 raise ValueError("generate_shared needs the same prompts, in the same order, for every member")
-        gens = self.generate(first, run=run, n=len(members))
+        gens = self.generate(first, run=run, n=len(members), min_searches=min_searches)
         return [[Generation(g.prompt_text, g.prompt_token_ids, [g.completions[k]]) for g in gens]
                 for k in range(len(members))]
 

@@ -23,6 +23,10 @@ def test_action_grammar_is_table_8():
     g = action_constraint(EXPAND, ["1 Introduction", 'Say "hi"', "1 Introduction"]).grammar
     assert 'arg ::= "1 Introduction" | "Say \\"hi\\""' in g  # real names, escaped, de-duplicated
     assert action_constraint(EXPAND, []).grammar == 'root ::= "[Stop]"'  # nothing to expand
+    # PPO's forced exploration (ppo.forced_members): at least two searches, still at most max_actions
+    assert '(" [Search] " arg){1,2} " [Stop]"' in action_constraint(SEARCH, max_actions=3, min_searches=2).grammar
+    with pytest.raises(ValueError, match="min_searches"):
+        action_constraint(SEARCH, max_actions=2, min_searches=3)
     with pytest.raises(ValueError, match="search or expand"):
         action_constraint("stop")
 

