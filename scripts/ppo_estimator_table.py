@@ -4,8 +4,9 @@
 
 reads ``OUT/<estimator>/main/metrics.jsonl`` (one row per step) and the held-out rows ``eval_<tag>.jsonl`` (per query,
 greedy crawls of the adapter's held-out queries), and writes ``OUT/estimators.md`` (budget per step, training
-signal, held-out crawler recall with the paired 95 % interval against the start) and ``OUT/estimators.png`` (gold
-hits per session and held-out recall against step). A run still going is reported at the steps it has done.
+signal, held-out crawler recall with the paired 95 % interval against the start; with ``ppo.forced_members`` the
+free and forced crawls apart) and ``OUT/estimators.png`` (gold hits per session and held-out recall against step; the
+free crawls' searches when forced). A run still going is reported at the steps it has done.
 """
 
 from __future__ import annotations
@@ -77,7 +78,17 @@ def summarise(name: str, run: Path) -> dict | None:
     row["reward_per_action"] = (float(np.mean(per_action[:5])), float(np.mean(per_action[-5:]))) if per_action else None
     row["gold_differs"] = _mean(steps, "group/gold_differs_share")
     row["curve"] = [(r["step"], r.get("reward/gold_hits")) for r in steps]
+    # ppo.forced_members: the free and the forced crawls of each group apart, in blocks of 10 steps
+    if any("group/forced_searches_per_crawl" in r for r in steps):
+        row["forced"] = [(blk[0]["step"], blk[-1]["step"],
+                          {k: _mean(blk, f"group/{k}") for k in FORCED_KEYS}) for blk in
+                         (steps[i:i + 10] for i in range(0, len(steps), 10))]
+        row["free_search_curve"] = [(r["step"], r.get("group/free_searches_per_crawl")) for r in steps]
     return row
+
+
+FORCED_KEYS = ("free_searches_per_crawl", "forced_searches_per_crawl", "free_gold_hits_per_crawl",
+               "forced_gold_hits_per_crawl", "free_reward_per_crawl", "forced_reward_per_crawl")
 
 
 def markdown(rows: list[dict], out: Path) -> str:
@@ -104,6 +115,18 @@ def markdown(rows: list[dict], out: Path) -> str:
                      f"{_f(r['search_first'])} → {_f(r['search_last'])} | {per_action} | {_f(r['flat'])} | "
                      f"{_f(r['gold_differs'])} | {_f(r['return_std'])} | "
                      f"{_f(r['kl'], 3)} | {ev} | {pair} |")
+    for r in rows:
+        if "forced" not in r:
+            continue
+        lines += ["", f"`{r['estimator']}` with forced members (`ppo.forced_members`): per crawl, the free members' "
+                  "(sampled from π) beside the forced ones' (at least `ppo.forced_searches` searches), means over "
+                  "each block of steps", "",
+                  "| steps | searches: free / forced | gold hits: free / forced | Eq. 1 reward: free / forced |",
+                  "|---|---|---|---|"]
+        for lo, hi, m in r["forced"]:
+            lines.append(f"| {lo}–{hi} | {_f(m['free_searches_per_crawl'])} / {_f(m['forced_searches_per_crawl'])} | "
+                         f"{_f(m['free_gold_hits_per_crawl'])} / {_f(m['forced_gold_hits_per_crawl'])} | "
+                         f"{_f(m['free_reward_per_crawl'])} / {_f(m['forced_reward_per_crawl'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -113,7 +136,16 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    forced = [r for r in rows if "free_search_curve" in r]
+    fig, axes = plt.subplots(1, 3 if forced else 2, figsize=(16 if forced else 11, 4))
+    a, b = axes[0], axes[1]
+    for r in forced:  # does π learn to write the second search unforced?
+        xs = [x for x, v in r["free_search_curve"] if v is not None]
+        ys = np.array([v for _, v in r["free_search_curve"] if v is not None])
+        if len(ys) >= 5:
+            ys = np.convolve(ys, np.ones(5) / 5, mode="same")
+        axes[2].plot(xs, ys, label=r["estimator"])
+        axes[2].set(xlabel="step", ylabel="searches / free crawl (5-step mean)", title="free members")
     for r in rows:
         xs = [s for s, g in r["curve"] if g is not None]
         ys = np.array([g for _, g in r["curve"] if g is not None])
@@ -123,7 +155,7 @@ def plot(rows: list[dict], path: Path) -> None:
         b.plot([s for _, s, _ in r["evals"]], [v for _, _, v in r["evals"]], marker="o", label=r["estimator"])
     a.set(xlabel="step", ylabel="gold hits / session (5-step mean)", title="training")
     b.set(xlabel="step", ylabel="held-out crawler recall", title="held-out (greedy)")
-    for ax in (a, b):
+    for ax in axes:
         ax.legend()
         ax.grid(alpha=0.3)
     fig.tight_layout()
