@@ -8,10 +8,10 @@ import sys
 from tests.paths import REPO
 
 
-def _run(root, name, gold, evals):
+def _run(root, name, gold, evals, extra=None):
     run = root / name / "main"
     run.mkdir(parents=True)
-    rows = [{"step": i + 1, "rollout/sessions": 8.0, "rollout/response_tokens": 20.0, "rollout/search_sessions": 8.0,
+    rows = [{**(extra or {}), "step": i + 1, "rollout/sessions": 8.0, "rollout/response_tokens": 20.0, "rollout/search_sessions": 8.0,
              "timing_s/step": 100.0, "reward/gold_hits": g, "rollout/search_per_session": 1.0,
              "group/flat_share": 0.25, "group/return_std": 0.5, "actor/kl_to_sft": 0.01,
              "group/gold_differs_share": 0.4, "reward/session_reward": 2 * g, "rollout/expand_per_session": 1.0}
@@ -37,3 +37,16 @@ def test_the_table_pairs_the_last_held_out_figure_with_the_start(tmp_path):
     assert rloo.rstrip().endswith("| — |")  # only the start evaluation: nothing to pair yet
     assert "`gae`" not in table  # not run yet
     assert (tmp_path / "estimators.png").stat().st_size > 0
+
+
+def test_forced_members_get_their_own_block_table(tmp_path):
+    """ppo.forced_members runs: free and forced crawls apart, in blocks of 10 steps, and a third panel."""
+    forced = {"group/free_searches_per_crawl": 1.0, "group/forced_searches_per_crawl": 2.5,
+              "group/free_gold_hits_per_crawl": 0.5, "group/forced_gold_hits_per_crawl": 0.75,
+              "group/free_reward_per_crawl": 0.6, "group/forced_reward_per_crawl": 0.8}
+    _run(tmp_path, "rloo", [0.2] * 12, {"start": [0.0, 0.5]}, extra=forced)
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "ppo_estimator_table.py"), str(tmp_path),
+                          "--estimators", "rloo"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    table = (tmp_path / "estimators.md").read_text()
+    assert "| 1–10 | 1.00 / 2.50 | 0.50 / 0.75 | 0.60 / 0.80 |" in table and "| 11–12 |" in table
