@@ -130,6 +130,11 @@ def markdown(rows: list[dict], out: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _running_mean(ys: np.ndarray, k: int = 5) -> np.ndarray:
+    """A centred k-step mean that averages only the steps there are at either end (no zero padding)."""
+    return np.convolve(ys, np.ones(k), mode="same") / np.convolve(np.ones(len(ys)), np.ones(k), mode="same")
+
+
 def plot(rows: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -143,14 +148,14 @@ def plot(rows: list[dict], path: Path) -> None:
         xs = [x for x, v in r["free_search_curve"] if v is not None]
         ys = np.array([v for _, v in r["free_search_curve"] if v is not None])
         if len(ys) >= 5:
-            ys = np.convolve(ys, np.ones(5) / 5, mode="same")
+            ys = _running_mean(ys)
         axes[2].plot(xs, ys, label=r["estimator"])
         axes[2].set(xlabel="step", ylabel="searches / free crawl (5-step mean)", title="free members")
     for r in rows:
         xs = [s for s, g in r["curve"] if g is not None]
         ys = np.array([g for _, g in r["curve"] if g is not None])
         if len(ys) >= 5:  # a 5-step running mean: one step holds a handful of queries
-            ys = np.convolve(ys, np.ones(5) / 5, mode="same")
+            ys = _running_mean(ys)
         a.plot(xs, ys, label=r["estimator"])
         b.plot([s for _, s, _ in r["evals"]], [v for _, _, v in r["evals"]], marker="o", label=r["estimator"])
     a.set(xlabel="step", ylabel="gold hits / session (5-step mean)", title="training")
