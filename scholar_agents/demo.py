@@ -223,7 +223,9 @@ def _ppo_note(out: Path) -> str:
                 "plateaued: training gold hits a session 0.51 -> 0.94, held-out recall 0.472 -> 0.470 in the original "
                 "phrasing and +0.002 to +0.017 in the request forms, every paired interval touching 0 (docs/ppo.md, "
                 "\"The longer run\"). Every policy kept writing one search a crawl, where the verified teacher's gain "
-                "comes from two or three, so the demo takes policy steps with none of them. "
+                "comes from two or three; crawls forced to search twice (ppo.forced_members) found no more gold than "
+                "free ones (0.71 vs 0.73 a crawl over 26 steps: docs/ppo.md, \"Forcing a second search\"), so the "
+                "demo takes policy steps with none of them. "
                 "`stage_specs.ppo` takes policy steps when ppo.policy_freeze_steps < ppo.total_steps. Training "
                 "curves: ppo/training_curves.png.")
     return (f"PPO stage: {steps - freeze} policy update steps after {freeze} value warm-up steps ({ret}). "
