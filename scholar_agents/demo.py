@@ -224,7 +224,7 @@ def _ppo_note(out: Path) -> str:
                 "phrasing and +0.002 to +0.017 in the request forms, every paired interval touching 0 (docs/ppo.md, "
                 "\"The longer run\"). Every policy kept writing one search a crawl, where the verified teacher's gain "
                 "comes from two or three; crawls forced to search twice (ppo.forced_members) found no more gold than "
-                "free ones (0.71 vs 0.73 a crawl over 26 steps: docs/ppo.md, \"Forcing a second search\"), so the "
+                "free ones (0.65 vs 0.70 a crawl over 30 steps: docs/ppo.md, \"Forcing a second search\"), so the "
                 "demo takes policy steps with none of them. "
                 "`stage_specs.ppo` takes policy steps when ppo.policy_freeze_steps < ppo.total_steps. Training "
                 "curves: ppo/training_curves.png.")
