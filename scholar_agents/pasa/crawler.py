@@ -115,8 +115,7 @@ class Crawler:
         if min_searches > 1 and self.cfg.search == "model":
             forced = [i for i in todo if sessions[i].start_state == S_Q]
             if forced:
-                constraint = action_constraint(SEARCH, (), self.cfg.max_actions_per_session, self.cfg.max_query_chars,
-                                               min_searches=min_searches)
+                constraint = self.constraint(sessions[forced[0]], min_searches)  # every S_q session shares it
                 out = self._generate([sessions[i] for i in forced], replace(params, constraint=constraint))
                 for i, g in zip(forced, out):
                     gens[i] = g
@@ -158,11 +157,12 @@ class Crawler:
         return [[Generation(g.prompt_text, g.prompt_token_ids, [g.completions[k]]) for g in gens]
                 for k in range(len(members))]
 
-    def constraint(self, session: Session) -> OutputConstraint:
-        """The session's action grammar: searches for S_q, the paper's own section names for S_q+p."""
+    def constraint(self, session: Session, min_searches: int = 1) -> OutputConstraint:
+        """The session's action grammar: searches for S_q (at least ``min_searches``), the paper's own section names
+        for S_q+p."""
         sections = [s.heading for s in session.paper.sections] if session.paper is not None else []
         return action_constraint(session.allowed_action, sections, self.cfg.max_actions_per_session,
-                                 self.cfg.max_query_chars)
+                                 self.cfg.max_query_chars, min_searches=min_searches)
 
     def _generate_constrained(self, sessions: Sequence[Session], params: SamplingParams) -> list[Generation]:
         """One batched call per distinct grammar (every search session shares one; an expansion's grammar

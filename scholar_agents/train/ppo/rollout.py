@@ -146,6 +146,12 @@ def _same_prompts(member_sessions: Sequence[Sequence[Session]]) -> bool:
                                             for a, b in zip(m, first)) for m in member_sessions[1:])
 
 
+def first_forced_crawl(group_size: int, forced_members: int, n_queries: int) -> int | None:
+    """The crawl index of the first forced crawl in :func:`collect_crawls`' numbering (member g of query i is crawl
+    g × n_queries + i, the forced members last); None without forced members."""
+    return (group_size - forced_members) * n_queries if forced_members else None
+
+
 def collect_crawls(env: CrawlEnv, crawler: Crawler, queries: Sequence[ScholarQuery], group_size: int,
                    batch_sessions: int | None = None, share_prefill: bool = True,
                    forced_members: int = 0, forced_searches: int = 2,

@@ -77,6 +77,7 @@ from scholar_agents.train.ppo.rollout import (
     SessionSample,
     build_samples,
     collect,
+    first_forced_crawl,
     gold_sets,
     reward_stats,
 )
@@ -391,8 +392,9 @@ class PPOTrainer:
             mu, sd = allv.mean(), allv.std() + 1e-8
             for t in targets:
                 t.advantages = (t.advantages - mu) / sd
-        # the crawls' R and their spread; forced crawls apart
-        group = {} if self.estimator.uses_value else group_stats(samples, targets, self.pcfg.beta, self._forced_from())
+        p = self.pcfg  # the crawls' R and their spread; forced crawls apart
+        forced_from = first_forced_crawl(p.group_size, p.forced_members, p.queries_per_step)
+        group = {} if self.estimator.uses_value else group_stats(samples, targets, p.beta, forced_from)
         vm = [t.value_mask.astype(bool) for t in targets]
         rets = np.concatenate([t.returns[m] for t, m in zip(targets, vm)]) if targets else np.zeros(0)
         vals = np.concatenate([v[m] for v, m in zip(values, vm)]) if targets else np.zeros(0)
@@ -414,12 +416,6 @@ class PPOTrainer:
         }
         batch = {"logp_old": logp_old, "values_old": values, "logp_ref": logp_ref}
         return targets, batch, m
-
-    def _forced_from(self) -> int | None:
-        """The first forced crawl's index in this rank's step (collect_crawls numbers member g of query i as
-        g × queries + i; the forced members come last)."""
-        p = self.pcfg
-        return (p.group_size - p.forced_members) * p.queries_per_step if p.forced_members else None
 
     def _shift_value_bias(self, targets: list[SessionTargets], values: list[np.ndarray]) -> None:
         """``ppo.init_value_to_mean_return``: add (mean R̂ − mean V̂) over all processes to the value head's bias."""

@@ -22,6 +22,7 @@ from scholar_agents.train.ppo.rollout import (
     build_samples,
     collect_crawls,
     collect_sessions,
+    first_forced_crawl,
     gold_sets,
     reward_stats,
 )
@@ -241,7 +242,7 @@ def test_forced_members_write_a_second_search_the_free_ones_sample_from_the_poli
     crawler, records, crawls, stats = _group_rollout(toy, tiny_llm, g_size, forced_members=forced, **kw)
     assert crawler.calls == 2 and stats["rounds_shared"] == 1 and stats["crawls_forced"] == forced * 2
     assert crawls == list(range(g_size * len(GROUP_QUERIES)))
-    first_forced = (g_size - forced) * len(GROUP_QUERIES)
+    first_forced = first_forced_crawl(g_size, forced, len(GROUP_QUERIES))  # what the trainer logs apart by
     for r, c in zip(records, crawls):
         searches = [a for a in r.actions if a.kind == SEARCH]
         if c >= first_forced:
