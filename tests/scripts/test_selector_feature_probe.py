@@ -82,3 +82,15 @@ def test_probe_fits_on_training_queries_and_reports_each_bar(probe, tmp_path):
     text = (tmp_path / "feature_probe.md").read_text()
     assert "## original phrasing" in text and "## imperative phrasing" in text
     assert "dense-mined: BM25" in text and json.loads((tmp_path / "feature_probe.json").read_text())["recipes"]
+
+
+def test_augmented_fit_writes_its_own_report(probe, tmp_path):
+    for miner in ("bm25", "dense"):
+        _write(tmp_path, miner, "train", _pairs(range(6)))
+        _write(tmp_path, miner, "test", _pairs(range(6, 10)))
+    result = probe.main([str(tmp_path), "--miners", "bm25", "dense", "--samples", "0",
+                         "--augment-forms", "show_me"])
+    assert result["augment_forms"] == ["show_me"] and result["phrasings"] == ["original"]
+    assert (tmp_path / "feature_probe_augmented.md").is_file() and not (tmp_path / "feature_probe.md").exists()
+    lexical = next(r for r in result["recipes"] if r["name"] == "lexical")
+    assert lexical["auc"]["original"]["dense"] == pytest.approx(1.0)
