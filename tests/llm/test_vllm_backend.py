@@ -77,10 +77,9 @@ def test_openai_backend_on_the_vllm_server(server_llm, smollm2_llm):
     assert len({tuple(c.token_ids) for c in sampled[1].completions}) > 1
 
 
-# KNOWN FAILURE, kept visible: on 2026-11-27's fresh venv the hf path's bf16 margin at its last (EOS) step is 0.25
-# nats, under NEAR_TIE_NATS, so the test refuses its own fixed prompt (the session's starting commit d733ce4 too: a
-# dependency or the machine's bf16 kernels moved). strict: the day the margin is back this xfail fails and must go.
-@pytest.mark.xfail(strict=True, reason="the fixed prompt has a near-tie at its EOS step on this stack (see above)")
+# History: on 2026-11-27's fresh venv the hf path's bf16 margin at its last (EOS) step was 0.25 nats, under
+# NEAR_TIE_NATS, and this test refused its own fixed prompt (a strict xfail); on 2026-11-28's fresh `make setup-vllm`
+# venv the margin is back and the test passes, so the xfail went. If it returns, the message names the step.
 def test_hf_and_vllm_agree_on_greedy_output(server_llm, smollm2_llm):
     params = SamplingParams(max_new_tokens=24)
     hf = smollm2_llm.generate([FIXED], params)[0].completions[0]

@@ -322,11 +322,9 @@ def test_crawler_ppo_zero3_resumes_exactly_after_sigterm(ppo_runs, tiny_model_di
 
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_DEEPSPEED, reason="deepspeed not installed")
-# KNOWN FAILURE, kept visible: in a fresh `make setup-vllm` venv of 2026-11-27 the DeepSpeed runs part from the plain
-# ones after the first co-trained update (step 2 actor/pg_loss 0.0067794 vs 0.0067592, step 3 critic/vf_loss 0.000684
-# vs 0.000722; ZeRO-2 and ZeRO-3 alike), on the session's starting commit d733ce4 as well, so a dependency moved
-# under us; not root-caused yet. strict: the day it matches again this xfail fails and must go.
-@pytest.mark.xfail(strict=True, reason="DeepSpeed + LoRA + value init parts from plain torchrun after step 1 (see above)")
+# History: in a fresh `make setup-vllm` venv of 2026-11-27 the DeepSpeed runs parted from the plain ones after the
+# first co-trained update (step 2 actor/pg_loss 0.0067794 vs 0.0067592; ZeRO-2 and ZeRO-3 alike; a strict xfail, not
+# root-caused); in 2026-11-28's fresh venv they match again (XPASS), so the xfail went.
 @pytest.mark.parametrize("deepspeed", ["zero2", "zero3"])
 def test_crawler_ppo_lora_and_value_init_under_deepspeed_match_plain_torchrun(ppo_runs, deepspeed):
     """LoRA (ZeRO-3: on the sharded policy; π_sft = the adapter disabled; the engine gets base + B·A gathered layer by
