@@ -10,7 +10,8 @@ Features of a <query, paper> pair (title + abstract cut as the Selector reads it
 - semantic: the embedding Selector's adapted cosine (``--model``, default the bundled one), the zero-shot MiniLM
   cosine against title + abstract and against the title, and MiniLM token-level MaxSim both ways (ColBERT's late
   interaction, zero-shot: each query token's best document token, and each document token's best query token);
-- length: log(1 + document terms), reported alone (its weight would encode how the pair set was built, not relevance).
+- length: log(1 + document terms); only the rows that name it use it (its weight encodes how a pair set was built,
+  not relevance).
 
 Recipes (rows): a logistic regression, a quadratic one, gradient-boosted trees, over feature groups, fitted on one
 miner's training pairs or on all miners' pooled; and a soft AND (the shipped adapter's log-probability plus a
