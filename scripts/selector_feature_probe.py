@@ -52,6 +52,7 @@ from scholar_agents.eval.bootstrap import BootstrapConfig, auc_diff_by_query  # 
 from scholar_agents.eval.metrics import roc_auc  # noqa: E402
 from scholar_agents.eval.selector import load_labelled_pairs  # noqa: E402
 from scholar_agents.eval.selector_baselines import bm25_scores  # noqa: E402
+from scholar_agents.llm.embedder import build_embedder  # noqa: E402
 from scholar_agents.pasa.embedding_selector import EmbeddingSelector, resolve_model_dir, unit_rows  # noqa: E402
 from scholar_agents.pasa.pair_judge import pair_text  # noqa: E402
 from scholar_agents.pasa.selector import truncate_abstract  # noqa: E402
@@ -79,7 +80,9 @@ def tokens(text: str, stop: frozenset) -> list[str]:
 
 
 class TermStats:
-    """Document frequencies over a set of texts; BM25's IDF (the Lucene variant bm25s uses)."""
+    """Document frequencies over a set of texts; BM25's IDF (the Lucene variant bm25s uses). Term-level, unlike
+    eval selector's ``bm25_scores`` (one score a pair): coverage and the rarest shared term need the IDF of each
+    term, and one table shared by every pair file keeps a feature's scale the same across them."""
 
     def __init__(self, docs: list[list[str]]):
         self.n = max(len(docs), 1)
@@ -113,12 +116,13 @@ def token_vectors(sentence_transformer, texts: list[str]) -> list[np.ndarray]:
     return [unit_rows(np.asarray(e.detach().cpu().numpy() if hasattr(e, "detach") else e)[1:-1]) for e in out]
 
 
-def semantic_features(selector: EmbeddingSelector, pairs, docs: list[str]) -> np.ndarray:
+def semantic_features(selector: EmbeddingSelector, zero_shot: EmbeddingSelector, pairs, docs: list[str]) -> np.ndarray:
+    """The adapter's cosine, then the zero-shot encoder's cosines and MaxSim (``zero_shot``: W = I on the base
+    embedder, not a fine-tuned Selector's own)."""
     queries, titles = [p.query for p in pairs], [p.title for p in pairs]
-    zero_shot = EmbeddingSelector(selector.embedder)  # W = I: the plain cosine
     cols = [selector.similarities(queries, docs), zero_shot.similarities(queries, docs),
             zero_shot.similarities(queries, titles)]
-    st = selector.embedder.sentence_transformer
+    st = zero_shot.embedder.sentence_transformer
     uq, ud = list(dict.fromkeys(queries)), list(dict.fromkeys(docs))
     qt, dt = dict(zip(uq, token_vectors(st, uq))), dict(zip(ud, token_vectors(st, ud)))
     sims = [qt[q] @ dt[d].T for q, d in zip(queries, docs)]
@@ -174,6 +178,8 @@ def main(argv=None) -> dict:
     a = ap.parse_args(argv)
     stop = frozenset(bm25s.stopwords.STOPWORDS_EN)
     selector = EmbeddingSelector.load(resolve_model_dir(a.model))
+    # a Selector with a fine-tuned encoder owns it: the zero-shot features read the base MiniLM
+    zero_shot = EmbeddingSelector(build_embedder() if "+lora" in selector.embedder.model_id else selector.embedder)
     phrasings = ["original"] + [f for f in a.forms if f != "original"]
     pairs = {(m, s): load_labelled_pairs(a.out / f"pairs_{m}" / f"pairs_{s}.jsonl")
              for m in a.miners for s in ("train", "test")}
@@ -191,7 +197,7 @@ def main(argv=None) -> dict:
     x, y = {}, {}
     for k, v in pairs.items():
         lex = np.array([lexical_features(p.query, p.title, d, stats, stop) for p, d in zip(v, docs[k])])
-        sem = semantic_features(selector, v, docs[k])
+        sem = semantic_features(selector, zero_shot, v, docs[k])
         x[k] = np.hstack([lex[:, :len(LEXICAL)], sem, lex[:, len(LEXICAL):]])
         y[k] = np.array([bool(p.label) for p in v])
     boot = BootstrapConfig(samples=a.samples, seed=0)
