@@ -14,6 +14,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("papers", "build"): ("scholar_agents.papers.commands:build", "papers_build", "load corpus files into the paper store and build search indexes"),
     ("papers", "search"): ("scholar_agents.papers.commands:search", "papers_search", "search the paper store (BM25 / dense / hybrid, before-date filter)"),
     ("train", "selector_sft"): ("scholar_agents.train.selector_sft:selector_sft", "train_selector_sft", "fine-tune the PaSa Selector on chat SFT pairs (TRL, answer-only loss, full or LoRA)"),
+    ("train", "selector_lexical"): ("scholar_agents.train.selector_lexical:selector_lexical", "train_selector_lexical", "fit the lexical Selector (a logistic regression over BM25 / coverage / bigram features, C and threshold chosen on a dev split) on labelled pairs"),
     ("train", "selector_embedding"): ("scholar_agents.train.selector_embedding:selector_embedding", "train_selector_embedding", "fit the embedding Selector (embedded MiniLM, a query adapter chosen on a dev split, calibration, threshold) on labelled pairs"),
     ("train", "selector_cross_encoder"): ("scholar_agents.train.selector_cross_encoder:selector_cross_encoder", "train_selector_cross_encoder", "fine-tune a cross-encoder Selector (embedded MiniLM, 1-logit head, BCE) on labelled pairs; fits its threshold on a dev split"),
     ("eval", "selector"): ("scholar_agents.eval.selector:selector", "eval_selector", "Selector precision/recall/F1/AUC and a reliability diagram on labelled pairs"),

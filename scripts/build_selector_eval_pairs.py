@@ -21,7 +21,8 @@ appears on both sides. Abstracts are cut to ``--max-abstract-chars`` at a word b
 fits SmolLM2's CPU budget); score with the same cut (``selector.max_abstract_chars``).
 
 Writes to ``--out-dir``: ``pairs_train.jsonl`` / ``pairs_test.jsonl`` (``{qid, paper_id, query, title, abstract,
-label, source}``, what ``scholar eval selector`` reads), ``sft_train.jsonl`` (Table 15 chats whose answer is the
+label, source, found_by}``, what ``scholar eval selector`` reads; ``found_by`` = ``--search``), ``sft_train.jsonl``
+(Table 15 chats whose answer is the
 decision token alone: there is no teacher rationale offline, and P("True") reads only that token; balanced 1:1
 and alternating labels, so any prefix is balanced) and ``stats.json``.
 
@@ -177,6 +178,9 @@ def main(argv: list[str] | None = None) -> dict:
                     "abstract": "" if args.title_only else truncate_abstract(paper.abstract, args.max_abstract_chars),
                     "label": label,
                     "source": source,
+                    # the retriever the set stands for, on every row (gold too): a crawl's Selector judges the
+                    # papers that search returned, and selector=provenance routes on it
+                    "found_by": args.search,
                 })
                 stats[f"{split}_{source}"] += 1
             stats[f"{split}_queries"] += 1

@@ -18,11 +18,11 @@ def _ci(d: dict) -> str:
     return f"{d['diff']:+.3f} ({d['ci'][0]:+.3f} to {d['ci'][1]:+.3f})"
 
 
-def rows(out: Path, miners: list[str], forms: list[str]) -> list[dict]:
+def rows(out: Path, miners: list[str], forms: list[str], eval_dir: str = "eval") -> list[dict]:
     found = []
     for miner in miners:
         for form in forms:
-            path = out / "eval" / f"{miner}_{form}" / "metrics.json"
+            path = out / eval_dir / f"{miner}_{form}" / "metrics.json"
             if not path.is_file():
                 continue
             r = json.loads(path.read_text())

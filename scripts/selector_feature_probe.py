@@ -3,7 +3,8 @@ from them clear both bars at once — above zero-shot MiniLM cosine on BM25-mine
 dense-mined ones? Fitted on the TRAINING queries only (unlike scripts/selector_fusion_ceiling.py, which fits on
 held-out halves for an upper bound), scored on the held-out queries of each pair set.
 
-Features of a <query, paper> pair (title + abstract cut as the Selector reads it):
+Features of a <query, paper> pair (title + abstract cut as the Selector reads it; the lexical ones and length are
+the lexical Selector's, ``scholar_agents/pasa/lexical_selector.py``):
 - lexical: BM25 of the query against title + abstract and against the title alone, the IDF-weighted share of the
   query's terms found in each, shared query bigrams in each, the rarest shared term's IDF (the BM25 search's
   tokenizer: lower case, English stop words; IDF over the distinct papers of all the pair files read, no labels);
@@ -35,10 +36,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
-import re
 import sys
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -54,13 +52,15 @@ from scholar_agents.eval.selector import load_labelled_pairs  # noqa: E402
 from scholar_agents.eval.selector_baselines import bm25_scores  # noqa: E402
 from scholar_agents.llm.embedder import build_embedder  # noqa: E402
 from scholar_agents.pasa.embedding_selector import EmbeddingSelector, resolve_model_dir, unit_rows  # noqa: E402
+from scholar_agents.pasa.lexical_selector import FEATURES as PAIR_FEATURES  # noqa: E402
+from scholar_agents.pasa.lexical_selector import TermStats, pair_features  # noqa: E402
 from scholar_agents.pasa.pair_judge import pair_text  # noqa: E402
 from scholar_agents.pasa.selector import truncate_abstract  # noqa: E402
 
-TOKEN = re.compile(r"(?u)\b\w\w+\b")  # bm25s's default token pattern: what our BM25 search splits on
 LEXICAL = ("bm25", "bm25_title", "idf_cover", "idf_cover_title", "bigrams", "bigrams_title", "rarest_hit")
 SEMANTIC = ("adapter", "cosine", "cosine_title", "maxsim_query", "maxsim_doc")
 LENGTH = ("log_length",)
+assert LEXICAL + LENGTH == PAIR_FEATURES  # the lexical Selector's features (pasa/lexical_selector.py), same order
 FEATURES = LEXICAL + SEMANTIC + LENGTH
 # (name, features, fitted on which miners' training pairs, model)
 RECIPES = (
@@ -73,41 +73,6 @@ RECIPES = (
     ("adapter + lexical", ("adapter",) + LEXICAL, ("bm25", "dense", "hybrid"), "trees"),
     ("every feature", FEATURES, ("bm25", "dense", "hybrid"), "trees"),
 )
-
-
-def tokens(text: str, stop: frozenset) -> list[str]:
-    return [w for w in TOKEN.findall(text.lower()) if w not in stop]
-
-
-class TermStats:
-    """Document frequencies over a set of texts; BM25's IDF (the Lucene variant bm25s uses). Term-level, unlike
-    eval selector's ``bm25_scores`` (one score a pair): coverage and the rarest shared term need the IDF of each
-    term, and one table shared by every pair file keeps a feature's scale the same across them."""
-
-    def __init__(self, docs: list[list[str]]):
-        self.n = max(len(docs), 1)
-        self.df = Counter(w for d in docs for w in set(d))
-        self.avg_len = sum(map(len, docs)) / self.n if docs else 1.0
-
-    def idf(self, w: str) -> float:
-        df = self.df.get(w, 0)
-        return math.log(1 + (self.n - df + 0.5) / (df + 0.5))
-
-    def bm25(self, q: list[str], d: list[str], k1: float = 1.5, b: float = 0.75) -> float:
-        tf, norm = Counter(d), k1 * (1 - b + b * len(d) / self.avg_len)
-        return sum(self.idf(w) * tf[w] * (k1 + 1) / (tf[w] + norm) for w in set(q) if w in tf)
-
-    def cover(self, q: list[str], d: list[str]) -> float:
-        total = sum(self.idf(w) for w in set(q))
-        return sum(self.idf(w) for w in set(q) & set(d)) / total if total else 0.0
-
-
-def lexical_features(query: str, title: str, doc: str, stats: TermStats, stop: frozenset) -> list[float]:
-    q, t, d = tokens(query, stop), tokens(title, stop), tokens(doc, stop)
-    qb = set(zip(q, q[1:]))
-    return [stats.bm25(q, d), stats.bm25(q, t), stats.cover(q, d), stats.cover(q, t),
-            len(qb & set(zip(d, d[1:]))), len(qb & set(zip(t, t[1:]))),
-            max([stats.idf(w) for w in set(q) & set(d)] or [0.0]), math.log1p(len(d))]
 
 
 def token_vectors(sentence_transformer, texts: list[str]) -> list[np.ndarray]:
@@ -193,10 +158,10 @@ def main(argv=None) -> dict:
     docs = {k: [pair_text(p.title, truncate_abstract(p.abstract, a.max_abstract_chars)) for p in v]
             for k, v in pairs.items()}
     distinct = list(dict.fromkeys(d for v in docs.values() for d in v))
-    stats = TermStats([tokens(d, stop) for d in distinct])
+    stats = TermStats.of_texts(distinct, stop)
     x, y = {}, {}
     for k, v in pairs.items():
-        lex = np.array([lexical_features(p.query, p.title, d, stats, stop) for p, d in zip(v, docs[k])])
+        lex = np.array([pair_features(p.query, p.title, d, stats) for p, d in zip(v, docs[k])])
         sem = semantic_features(selector, zero_shot, v, docs[k])
         x[k] = np.hstack([lex[:, :len(LEXICAL)], sem, lex[:, len(LEXICAL):]])
         y[k] = np.array([bool(p.label) for p in v])

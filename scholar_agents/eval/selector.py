@@ -51,7 +51,7 @@ def pair_from_record(row: dict, where: str) -> SelectorPair:
         raise ValueError(f"{where}: a pair needs 'query' (or 'question'), 'title' and 'label'; got {sorted(row)}")
     return SelectorPair(query=str(query), title=str(row["title"]), abstract=str(row.get("abstract") or ""),
                         label=_label(row["label"], where), qid=str(row.get("qid", "")),
-                        paper_id=str(row.get("paper_id", "")))
+                        paper_id=str(row.get("paper_id", "")), found_by=str(row.get("found_by") or ""))
 
 
 def detect_format(path: Path) -> str:
@@ -140,6 +140,7 @@ def markdown_report(name: str, m: dict, meta: dict, baselines: Optional[dict[str
         "",
         f"- data: `{meta['data']}` ({m['n']} pairs, {m['positives']} positive; queries asked in the "
         f"{meta.get('phrasing', 'original')} phrasing"
+        + (f"; every paper as found by {meta['found_by']}" if meta.get("found_by") else "")
         + (f"; {meta['excluded_fitted_pairs']} pairs of queries the Selector was fitted on left out"
            if meta.get("excluded_fitted_pairs") else "") + ")",
         f"- model: `{meta['model']}` (backend {meta['backend']}), threshold {m['threshold']}, "
@@ -196,6 +197,11 @@ def selector(cfg: DictConfig) -> dict:
         from scholar_agents.data_gen.request_forms import rewrite
 
         pairs = [dataclasses.replace(p, query=rewrite(p.query, phrasing)) for p in pairs]
+    found_by = cfg.data.get("found_by")
+    if found_by:  # every paper as if this retriever had returned it (selector=provenance routes on it)
+        import dataclasses
+
+        pairs = [dataclasses.replace(p, found_by=str(found_by)) for p in pairs]
     cross = not needs_llm(cfg.selector)  # no LLM: the cross-encoder / embedding Selector in selector.model scores
     llm = None if cross else build_llm(cfg.llm)
     try:
@@ -229,7 +235,8 @@ def selector(cfg: DictConfig) -> dict:
     for b, v in raw_baselines.items():  # the Selector's AUC minus each baseline's, whole queries resampled
         baselines[b]["auc_diff"] = auc_diff_by_query(labels, scores, v, groups).to_dict()
     meta = {
-        "name": name, "data": str(cfg.data.path), "phrasing": phrasing, "excluded_fitted_pairs": excluded,
+        "name": name, "data": str(cfg.data.path), "phrasing": phrasing, "found_by": str(found_by or ""),
+        "excluded_fitted_pairs": excluded,
         "model": model, "backend": backend,
         "normalize": sel.normalize, "max_abstract_chars": sel.max_abstract_chars,
         "decision_mass_mean": float(probs.sum(axis=1).mean()),

@@ -16,7 +16,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from scholar_agents.pasa.crawl_env import CrawlEnv
+from scholar_agents.pasa.actions import SEARCH
+from scholar_agents.pasa.crawl_env import SEED_SESSION, CrawlEnv
 from scholar_agents.pasa.crawler import Crawler, crawl
 from scholar_agents.pasa.queries import ScholarQuery
 from scholar_agents.pasa.ranking import check_ranking
@@ -53,6 +54,9 @@ class RankedPaper:
     depth: int  # 1 = found by a search, 2+ = by expanding a paper of depth - 1
     runs: list[int] = field(default_factory=list)  # ensemble runs whose queue held it
     rationale: Optional[str] = None
+    # the retriever that first added it to a queue (the search backend's name, "expand", "seed"): selector=provenance
+    # judges a paper by the evidence that retriever did not use
+    found_by: str = ""
 
 
 @dataclass
@@ -156,6 +160,24 @@ def merge_queues(trajectories: Sequence[QueryTrajectory]) -> dict[str, tuple[int
     return merged
 
 
+def queue_provenance(trajectories: Sequence[QueryTrajectory], search_name: str) -> dict[str, str]:
+    """Paper id -> the retriever whose action first added it to one of these queues: ``search_name`` for a
+    [Search] (the crawl's one search backend), ``expand`` for a paper's references, ``seed`` for a seed paper."""
+    out: dict[str, str] = {}
+    for t in trajectories:
+        actions = {s.session_id: s.actions for s in t.sessions}
+        for e in t.queue:
+            if e.paper_id in out:
+                continue
+            if e.session_id == SEED_SESSION:
+                out[e.paper_id] = "seed"
+                continue
+            acts = actions.get(e.session_id) or []
+            kind = acts[e.action_index].kind if 0 <= e.action_index < len(acts) else ""
+            out[e.paper_id] = search_name if kind == SEARCH else kind
+    return out
+
+
 class PaSaAgent:
     def __init__(self, env: CrawlEnv, crawler: Crawler, selector: Optional[Selector], cfg: AgentConfig | None = None):
         self.env = env
@@ -202,6 +224,8 @@ class PaSaAgent:
         per_query = [[runs[r][i] for r in range(len(runs))] for i in range(len(queries))]
 
         merged = [merge_queues(trajs) for trajs in per_query]
+        search_name = str(getattr(self.env.search, "name", "") or "search")
+        found_by = [queue_provenance(trajs, search_name) for trajs in per_query]
         papers = self.env.store.get_many([p for m in merged for p in m], with_sections=False)
 
         if on_event is not None:
@@ -209,7 +233,8 @@ class PaSaAgent:
         t1 = time.perf_counter()
         scores: list[list[Optional[float]]] = [[None] * len(m) for m in merged]
         if self.cfg.use_selector:
-            pairs = [SelectorPair.of(q.question, papers[pid], qid=q.qid) for q, m in zip(queries, merged) for pid in m]
+            pairs = [SelectorPair.of(q.question, papers[pid], qid=q.qid, found_by=by.get(pid, ""))
+                     for q, m, by in zip(queries, merged, found_by) for pid in m]
             if on_event is None:
                 flat = self.selector.score(pairs, show_progress=progress) if pairs else []
             else:
@@ -221,12 +246,12 @@ class PaSaAgent:
         select_s = (time.perf_counter() - t1) / max(len(queries), 1)
 
         results = []
-        for q, m, sc, trajs in zip(queries, merged, scores, per_query):
+        for q, m, sc, trajs, by in zip(queries, merged, scores, per_query, found_by):
             ranked = []
             for (pid, (depth, found)), s in zip(m.items(), sc):
                 p = papers[pid]
                 selected = True if s is None else bool(self.selector.marks_selected and s >= self.selector.threshold)
-                ranked.append(RankedPaper(pid, p.title, p.date, s, selected, depth, found))
+                ranked.append(RankedPaper(pid, p.title, p.date, s, selected, depth, found, found_by=by.get(pid, "")))
             if self.cfg.use_selector:  # agent.ranking: the Selector's order, the crawl's, or their fusion
                 ranked = [ranked[i] for i in rank_order([r.score for r in ranked], self.cfg.ranking)]
             results.append(AgentResult(q.qid, q.question, q.before, ranked, trajs, crawl_s, select_s))
@@ -238,7 +263,8 @@ class PaSaAgent:
         todo = [(r, rp) for r in results for rp in r.selected[: self.cfg.rationale_limit]]
         if not todo:
             return
-        judged = self.selector.judge([SelectorPair.of(r.query, papers[rp.paper_id]) for r, rp in todo])
+        judged = self.selector.judge([SelectorPair.of(r.query, papers[rp.paper_id], found_by=rp.found_by)
+                                      for r, rp in todo])
         for (_, rp), j in zip(todo, judged):
             rp.rationale = j.rationale
 

@@ -63,13 +63,18 @@ class PairJudge(PaperJudge):
                            show_progress: bool = False) -> np.ndarray:
         """P(relevant) of each (query, text), no memo."""
 
+    def key_probabilities(self, keys: Sequence[tuple[str, str, str]], show_progress: bool = False) -> np.ndarray:
+        """P(relevant) of each (query, title, cut abstract), no memo: the paper as ``title. abstract`` text (the
+        lexical Selector, which reads the title apart, overrides this)."""
+        return self.pair_probabilities([q for q, _, _ in keys], [pair_text(t, a) for _, t, a in keys],
+                                       show_progress=show_progress)
+
     def score(self, pairs: Sequence[SelectorPair], show_progress: bool = False) -> np.ndarray:
         """P(relevant) per pair; repeated pairs are scored once (memo up to ``memo_size``)."""
         keys = [(p.query, p.title, truncate_abstract(p.abstract, self.max_abstract_chars)) for p in pairs]
         todo = list(dict.fromkeys(k for k in keys if k not in self._memo))
         if todo:
-            probs = self.pair_probabilities([q for q, _, _ in todo], [pair_text(t, a) for _, t, a in todo],
-                                            show_progress=show_progress)
+            probs = self.key_probabilities(todo, show_progress=show_progress)
             for key, p in zip(todo, probs):
                 self._memo[key] = float(p)
         for k in keys:

@@ -16,7 +16,7 @@ import abc
 import logging
 import re
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
@@ -39,8 +39,14 @@ class SelectorConfig:
     # encoder with a 1-logit head read as P(relevant) (ours, issue 37: ``pasa.cross_encoder``, no LLM), from ``model``;
     # embedding = the embedder's cosine through a fitted query adapter and calibration (ours, issue 37:
     # ``pasa.embedding_selector``, no LLM), from ``model``.
+    # provenance = the embedding Selector, except for papers a route names (found by a dense search): the lexical
+    # Selector (ours, issue 37: ``pasa.provenance_selector``, no LLM).
     kind: str = "llm"
-    model: Optional[str] = None  # cross_encoder / embedding: the directory its `scholar train selector_*` wrote
+    model: Optional[str] = None  # cross_encoder / embedding / provenance: the directory `train selector_*` wrote
+    # provenance: the lexical Selector's directory (`scholar train selector_lexical`; bundled = the package's) and
+    # the retrievers whose papers it judges (SelectorPair.found_by); every other paper goes to the embedding Selector
+    lexical_model: Optional[str] = None
+    lexical_for: list = field(default_factory=lambda: ["dense"])
     max_length: int = 256  # cross_encoder: tokens of "query [SEP] title + abstract"
     # PaSa §4.3: select when P("True") >= 0.5. null: the cross-encoder's / embedding Selector's threshold fitted on its dev split
     # (selector_meta.json); the LLM Selector reads null as 0.5.
@@ -72,11 +78,15 @@ class SelectorPair:
     label: Optional[bool] = None
     qid: str = ""
     paper_id: str = ""
+    # which retriever returned the paper: a search backend's name (bm25, dense, hybrid, ...), "expand" (a cited
+    # paper), "seed", or "" (unknown). Only selector=provenance reads it (issue 37); every other Selector ignores it.
+    found_by: str = ""
 
     @classmethod
-    def of(cls, query: str, paper: Paper, label: Optional[bool] = None, qid: str = "") -> "SelectorPair":
+    def of(cls, query: str, paper: Paper, label: Optional[bool] = None, qid: str = "",
+           found_by: str = "") -> "SelectorPair":
         return cls(query=query, title=paper.title, abstract=paper.abstract, label=label, qid=qid,
-                   paper_id=paper.paper_id)
+                   paper_id=paper.paper_id, found_by=found_by)
 
 
 @dataclass
@@ -151,13 +161,14 @@ class PaperJudge(abc.ABC):
             return []
         return [bool(d) for d in self.decide([SelectorPair.of(query, p) for p in papers])]
 
-    def accept_many(self, requests: Iterable[tuple[str, Sequence[Paper]]]) -> list[list[bool]]:
-        """:meth:`accept` for many sessions at once, in ONE batched call (PPO scores a whole rollout batch)."""
-        requests = list(requests)
-        flat = [SelectorPair.of(q, p) for q, papers in requests for p in papers]
+    def accept_many(self, requests: Iterable[tuple]) -> list[list[bool]]:
+        """:meth:`accept` for many sessions at once, in ONE batched call (PPO scores a whole rollout batch). Each
+        request: ``(query, papers)`` or ``(query, papers, found_by)`` (the retriever that returned them)."""
+        requests = [(r[0], r[1], r[2] if len(r) > 2 else "") for r in requests]
+        flat = [SelectorPair.of(q, p, found_by=by) for q, papers, by in requests for p in papers]
         decided = self.decide(flat) if flat else np.zeros(0, dtype=bool)
         out, i = [], 0
-        for _, papers in requests:
+        for _, papers, _ in requests:
             out.append([bool(d) for d in decided[i:i + len(papers)]])
             i += len(papers)
         return out

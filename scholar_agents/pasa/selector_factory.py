@@ -1,6 +1,7 @@
 """Which Selector a config names (``selector.kind``): PaSa's decision-token LLM Selector (``pasa.selector``), the
-cross-encoder (``pasa.cross_encoder``) or the embedding Selector (``pasa.embedding_selector``; both issue 37). Beside
-them, so none imports another's builder."""
+cross-encoder (``pasa.cross_encoder``), the embedding Selector (``pasa.embedding_selector``) or the provenance
+Selector (``pasa.provenance_selector``: the embedding Selector, and the lexical one for dense hits; all issue 37).
+Beside them, so none imports another's builder."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from pathlib import Path
 from scholar_agents.pasa.cross_encoder import CrossEncoderSelector
 from scholar_agents.pasa.embedding_selector import BUNDLED_DIR, EmbeddingSelector, resolve_model_dir
 from scholar_agents.pasa.pair_judge import read_meta
+from scholar_agents.pasa.provenance_selector import ProvenanceSelector
 from scholar_agents.pasa.selector import Selector
 
-SELECTOR_KINDS = ("llm", "cross_encoder", "embedding")
-NO_LLM_KINDS = ("cross_encoder", "embedding")  # these score without an LLM: callers build none
+SELECTOR_KINDS = ("llm", "cross_encoder", "embedding", "provenance")
+NO_LLM_KINDS = ("cross_encoder", "embedding", "provenance")  # these score without an LLM: callers build none
 
 
 def needs_llm(cfg) -> bool:
@@ -34,6 +36,8 @@ def build_selector(cfg, llm_factory=None):
         return CrossEncoderSelector.from_config(cfg)
     if kind == "embedding":
         return EmbeddingSelector.from_config(cfg)
+    if kind == "provenance":
+        return ProvenanceSelector.from_config(cfg)
     if llm_factory is None:
         raise ValueError("selector.kind=llm needs an LLM")
     return Selector.from_config(llm_factory(), cfg)
@@ -53,7 +57,7 @@ def describe_selector(cfg, llm_model: str = "?") -> str:
                     f"selector.marks_selected=true applies PaSa's P(True) >= {t:g})")
         return (f"LLM Selector {llm_model} (decision token first, PaSa Table 15): selected = P(True) >= {t:g} "
                 f"(PaSa §4.3; no card with held-out precision)")
-    if kind == "embedding":
+    if kind in ("embedding", "provenance"):
         model_dir = resolve_model_dir(cfg.get("model"))
         name = "embedding Selector (MiniLM + query adapter)"
         where = ", bundled" if model_dir == BUNDLED_DIR else f" {model_dir}"
@@ -67,9 +71,26 @@ def describe_selector(cfg, llm_model: str = "?") -> str:
         return f"{name}{where}: no threshold (no card in {model_dir})"
     source = "fitted on its dev split" if threshold is None else "set by selector.threshold"
     line = f"{name}{where}: selected = P(relevant) >= {t:.3f} ({source})"
-    # the card's held-out figures, original phrasing, one per negatives miner, against the stronger zero-shot bar
+    line += _heldout(meta)
+    if kind == "provenance":
+        from scholar_agents.pasa.lexical_selector import BUNDLED_DIR as LEXICAL_DIR
+
+        lexical = cfg.get("lexical_model")
+        lexical_dir = LEXICAL_DIR if lexical in (None, "", "bundled") else Path(str(lexical))
+        lmeta = read_meta(lexical_dir)
+        routes = ", ".join(cfg.get("lexical_for") or []) or "no retriever"
+        line = (f"provenance Selector: papers found by {routes} search judged by the lexical Selector"
+                f"{', bundled' if lexical_dir == LEXICAL_DIR else f' {lexical_dir}'} (its fitted threshold "
+                f"{lmeta.get('threshold', float('nan')):.3f} mapped onto the embedding Selector's){_heldout(lmeta)}; "
+                f"every other paper by the {line}")
+    return line
+
+
+def _heldout(meta: dict) -> str:
+    """A card's held-out figures, original phrasing, one per negatives miner, against the stronger zero-shot bar."""
+    out = ""
     for r in (r for r in meta.get("heldout", []) if r.get("phrasing") == "original"):
         bar, bar_auc = max((("cosine", r["cosine_auc"]), ("BM25", r["bm25_auc"])), key=lambda x: x[1])
-        line += (f"; held-out, {r['miner']}-mined negatives: precision {r['precision']:.2f}, recall "
-                 f"{r['recall']:.2f}, AUC {r['auc']:.3f} vs zero-shot {bar} {bar_auc:.3f}")
-    return line
+        out += (f"; held-out, {r['miner']}-mined negatives: precision {r['precision']:.2f}, recall "
+                f"{r['recall']:.2f}, AUC {r['auc']:.3f} vs zero-shot {bar} {bar_auc:.3f}")
+    return out

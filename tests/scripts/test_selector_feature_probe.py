@@ -1,10 +1,10 @@
-"""scripts/selector_feature_probe.py: lexical features computed as BM25 computes them, recipes fitted on training
-queries only, every held-out row against its bar, the request forms as tables of their own. Real MiniLM, tiny pairs."""
+"""scripts/selector_feature_probe.py: recipes fitted on training queries only, every held-out row against its bar,
+the request forms as tables of their own (its lexical features are the lexical Selector's, tested in
+tests/pasa/test_provenance_selector.py). Real MiniLM, tiny pairs."""
 
 import importlib.util
 import json
 
-import bm25s
 import pytest
 
 from tests.paths import REPO
@@ -45,22 +45,6 @@ def _write(out, miner, split, rows):
     d = out / f"pairs_{miner}"
     d.mkdir(parents=True, exist_ok=True)
     (d / f"pairs_{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-
-def test_lexical_features_follow_bm25s_tokens_and_idf(probe):
-    stop = frozenset(bm25s.stopwords.STOPWORDS_EN)
-    docs = [probe.tokens(t, stop) for t in ("zorblax for protein folding", "graph coloring", "protein structure")]
-    stats = probe.TermStats(docs)
-    assert probe.tokens("The Zorblax of a graph", stop) == ["zorblax", "graph"]  # lower case, stop words out
-    assert stats.idf("zorblax") > stats.idf("protein") > 0  # rarer term, larger IDF
-    q = probe.tokens("zorblax protein folding", stop)
-    assert stats.bm25(q, probe.tokens("graph coloring", stop)) == 0.0
-    assert stats.cover(q, docs[0]) == pytest.approx(1.0)
-    f = probe.lexical_features("zorblax protein folding", "Zorblax", "Zorblax for protein folding", stats, stop)
-    assert len(f) == len(probe.LEXICAL) + len(probe.LENGTH)
-    assert f[probe.LEXICAL.index("bigrams")] == 2  # bigrams after stop words go: "zorblax [for] protein" counts
-    assert f[probe.LEXICAL.index("idf_cover_title")] == pytest.approx(stats.idf("zorblax") / sum(
-        stats.idf(w) for w in q))
 
 
 def test_probe_fits_on_training_queries_and_reports_each_bar(probe, tmp_path):

@@ -155,9 +155,11 @@ def create_app(cfg, service, token: Optional[str] = None) -> FastAPI:
     @app.get("/api/search/{job_id}/rationale")
     async def rationale(job_id: str, paper_id: str):
         job = _job(job_id)
-        if job.state != "done" or not any(p["paper_id"] == paper_id for p in job.result["papers"]):
+        listed = [p for p in (job.result or {}).get("papers", []) if p["paper_id"] == paper_id]
+        if job.state != "done" or not listed:
             raise UsageError(f"paper {paper_id!r} is not in the results of search {job_id}")
-        return await run_in_threadpool(service.rationale, job.query, paper_id)
+        # the retriever that found it: selector=provenance judges it as the list did
+        return await run_in_threadpool(service.rationale, job.query, paper_id, listed[0].get("found_by", ""))
 
     # ---- runs ----
 

@@ -57,11 +57,15 @@ def _selector_name(cfg: DictConfig) -> str:
     kind = str(cfg.selector.get("kind", "llm"))
     if kind == "llm":
         return str((cfg.get("selector_llm") or cfg.llm).model)
-    if kind == "embedding":
+    if kind in ("embedding", "provenance"):
         from scholar_agents.pasa.embedding_selector import BUNDLED_DIR, resolve_model_dir
 
         d = resolve_model_dir(cfg.selector.get("model"))
-        return "embedding Selector (bundled)" if d == BUNDLED_DIR else f"embedding Selector {d}"
+        name = "embedding Selector (bundled)" if d == BUNDLED_DIR else f"embedding Selector {d}"
+        if kind == "provenance":  # the lexical head judges dense hits only
+            routes = ", ".join(cfg.selector.get("lexical_for") or [])
+            name = f"provenance Selector: {name}; lexical Selector for {routes or 'no'} hits"
+        return name
     return f"cross-encoder {cfg.selector.get('model')}"
 
 
@@ -247,8 +251,9 @@ class SearchService:
         write_search_run(root / rel, [result], setting)
         return str(rel)
 
-    def rationale(self, query: str, paper_id: str) -> dict:
-        """The Selector's decision and rationale for one paper (PaSa Table 15: decision token first, then why)."""
+    def rationale(self, query: str, paper_id: str, found_by: str = "") -> dict:
+        """The Selector's decision and rationale for one paper (PaSa Table 15: decision token first, then why);
+        ``found_by``: the retriever that found it (the list's ``found_by``)."""
         from scholar_agents.pasa.selector import SelectorPair
 
         with self._lock:
@@ -258,5 +263,5 @@ class SearchService:
             paper = self._res.store.get(paper_id)
             if paper is None:
                 raise KeyError(paper_id)
-            [j] = agent.selector.judge([SelectorPair.of(query, paper)])
+            [j] = agent.selector.judge([SelectorPair.of(query, paper, found_by=found_by)])
             return {"decision": j.decision, "rationale": j.rationale, "disagrees": j.disagrees, "score": j.score}

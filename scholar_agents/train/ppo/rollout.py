@@ -36,7 +36,7 @@ import torch
 
 from scholar_agents.papers.ids import norm_id
 from scholar_agents.llm import LLM, build_llm
-from scholar_agents.pasa.actions import STOP
+from scholar_agents.pasa.actions import SEARCH, STOP
 from scholar_agents.pasa.crawl_env import CrawlEnv, Session
 from scholar_agents.pasa.crawler import Crawler, CrawlerConfig
 from scholar_agents.pasa.queries import ScholarQuery
@@ -301,16 +301,19 @@ def build_samples(records: Sequence[SessionRecord], env: CrawlEnv, gold: dict[st
     added = sorted({p for s in samples for st in s.steps for p in st.added})
     papers = env.store.get_many(added, with_sections=True) if added else {}
     requests, owners = [], []
+    search_name = str(getattr(env.search, "name", "") or "search")
     for s in samples:
         for st in s.steps:
             if st.added and reward_cfg.use_selector:
-                requests.append((s.record.user_query, [papers[p] for p in st.added if p in papers]))
+                # the retriever that returned them (selector=provenance judges them by the evidence it did not use)
+                found_by = search_name if st.kind == SEARCH else st.kind
+                requests.append((s.record.user_query, [papers[p] for p in st.added if p in papers], found_by))
                 owners.append(st)
     decisions: dict[int, list[bool]] = {}
     if requests:
         if selector is None:
             raise ValueError("ppo.use_selector=true needs a Selector (selector_llm)")
-        for st, (_, plist), dec in zip(owners, requests, selector.accept_many(requests)):
+        for st, (_, plist, _), dec in zip(owners, requests, selector.accept_many(requests)):
             accepted = {p.paper_id for p, d in zip(plist, dec) if d}
             decisions[id(st)] = [p in accepted for p in st.added]
     for s in samples:
