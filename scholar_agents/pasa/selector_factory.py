@@ -71,7 +71,8 @@ def describe_selector(cfg, llm_model: str = "?") -> str:
         return f"{name}{where}: no threshold (no card in {model_dir})"
     source = "fitted on its dev split" if threshold is None else "set by selector.threshold"
     line = f"{name}{where}: selected = P(relevant) >= {t:.3f} ({source})"
-    line += _heldout(meta)
+    routed = set(cfg.get("lexical_for") or []) if kind == "provenance" else set()
+    line += _heldout(meta, skip=routed)  # a provenance Selector never judges those miners' hits with this head
     if kind == "provenance":
         from scholar_agents.pasa.lexical_selector import BUNDLED_DIR as LEXICAL_DIR
 
@@ -86,10 +87,11 @@ def describe_selector(cfg, llm_model: str = "?") -> str:
     return line
 
 
-def _heldout(meta: dict) -> str:
-    """A card's held-out figures, original phrasing, one per negatives miner, against the stronger zero-shot bar."""
+def _heldout(meta: dict, skip: set = frozenset()) -> str:
+    """A card's held-out figures, original phrasing, one per negatives miner (but ``skip``'s), against the stronger
+    zero-shot bar."""
     out = ""
-    for r in (r for r in meta.get("heldout", []) if r.get("phrasing") == "original"):
+    for r in (r for r in meta.get("heldout", []) if r.get("phrasing") == "original" and r.get("miner") not in skip):
         bar, bar_auc = max((("cosine", r["cosine_auc"]), ("BM25", r["bm25_auc"])), key=lambda x: x[1])
         out += (f"; held-out, {r['miner']}-mined negatives: precision {r['precision']:.2f}, recall "
                 f"{r['recall']:.2f}, AUC {r['auc']:.3f} vs zero-shot {bar} {bar_auc:.3f}")
