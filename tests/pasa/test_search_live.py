@@ -76,6 +76,8 @@ def test_pasa_search_on_the_live_arxiv_and_its_rerun_from_the_cache(tmp_path, co
     # searched: LoRA, the Transformer; expanded from LoRA's Introduction: BERT (its cited title matched the sample
     # corpus); 2110.04366 is after the query date, neither searched nor expanded into the queue
     assert ids == [LORA, "1706.03762", "1810.04805"]
+    # what found each, as the Selector saw it (selector=provenance routes on it)
+    assert [p["found_by"] for p in r["papers"]] == ["arxiv_api", "arxiv_api", "expand"]
     assert all(p["date"] < "2021-09-30" for p in r["papers"] if p["date"])
     assert res["live"]["search=arxiv_api"]["requests_sent"] == 2
     assert res["live"]["expand=ar5iv"] == {"requests_sent": 3, "cache_hits": 0, "papers_fetched": 1,
