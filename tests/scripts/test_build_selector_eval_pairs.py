@@ -36,6 +36,7 @@ def test_pairs_from_the_sample_split_by_query(tmp_path, monkeypatch):
     for r in rows:  # positives are gold, negatives are retrieved non-gold papers with an abstract
         assert r["label"] == (r["paper_id"] in gold[r["qid"]])
         assert r["source"] == "gold" if r["label"] else r["source"] in ("search", "search_before")
+        assert r["found_by"] == "bm25"  # the set's miner, on every row: what selector=provenance routes on
         assert r["abstract"] and len(r["abstract"]) <= 600
     assert sum(not r["label"] for r in rows) > 0
     sft = [json.loads(line) for line in (out / "sft_train.jsonl").open()]
