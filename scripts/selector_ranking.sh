@@ -7,11 +7,17 @@
 # (report section "Ranking the final list").
 #
 #   OUT=/work/runs/selector_ranking bash scripts/selector_ranking.sh      # resumable (eval pasa's resume_dir)
+#   SEARCH=dense SELECTOR=provenance OUT=/work/runs/selector_ranking_dense bash scripts/selector_ranking.sh
+# SEARCH= the crawl's search backend (bm25), SELECTOR= the Selector preset (embedding; provenance also leaves out
+# the queries its lexical head was fitted on).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-outputs/selector_ranking}
 PY=${PY:-python}
 MODEL=${MODEL:-scholar_agents/assets/selector_embedding}
+SEARCH=${SEARCH:-bm25}
+SELECTOR=${SELECTOR:-embedding}
+LEXICAL_MODEL=${LEXICAL_MODEL:-scholar_agents/assets/selector_lexical}
 FIT_PAIRS=${FIT_PAIRS:-}   # the Selector's training pairs (their queries are excluded); default: the model card's
 N_DEV=${N_DEV:-100}
 DEV=${DEV:-../shared/data/queries/autoscholarquery_dev.jsonl}
@@ -19,12 +25,14 @@ ADAPTER=scholar_agents/assets/crawler_adapter
 [ -f "$DEV" ] || { echo "needs $DEV (the shared data)" >&2; exit 2; }
 export WANDB_MODE=${WANDB_MODE:-offline} TOKENIZERS_PARALLELISM=false
 mkdir -p "$OUT"
-"$PY" - "$DEV" "$ADAPTER" "$MODEL" "$OUT" "$N_DEV" "$FIT_PAIRS" <<'PYEOF'
+"$PY" - "$DEV" "$ADAPTER" "$MODEL" "$OUT" "$N_DEV" "$FIT_PAIRS" "$([ "$SELECTOR" = provenance ] && echo "$LEXICAL_MODEL")" <<'PYEOF'
 import json, sys
 from pathlib import Path
-dev, adapter, model, out, n_dev, fit_pairs = sys.argv[1:7]
+dev, adapter, model, out, n_dev, fit_pairs, lexical = sys.argv[1:8]
 meta = json.loads((Path(model) / "selector_meta.json").read_text())
 fitted = set(meta.get("train", {}).get("qids", []))
+if lexical:  # selector=provenance: the lexical head's fitting queries too
+    fitted |= set(json.loads((Path(lexical) / "selector_meta.json").read_text()).get("train", {}).get("qids", []))
 if fit_pairs:
     fitted |= {json.loads(l).get("qid") for l in Path(fit_pairs).read_text().splitlines() if l.strip()}
 if not fitted:
@@ -37,11 +45,13 @@ Path(out, "dev_queries.jsonl").write_text("".join(by_qid[q] + "\n" for q in trai
 Path(out, "heldout_queries.jsonl").write_text("".join(by_qid[q] + "\n" for q in held))
 print(f"dev {min(len(train), int(n_dev))} queries, held-out {len(held)} (the Selector fitted on {len(fitted)} queries)")
 PYEOF
-ROW="{name: agent, method: agent, fallback_search: true, label: 'Agent + embedding Selector'}"
+ROW="{name: agent, method: agent, fallback_search: true, label: 'Agent + $SELECTOR Selector'}"
+SEL_ARGS=(selector="$SELECTOR" selector.model="$MODEL")
+[ "$SELECTOR" = provenance ] && SEL_ARGS+=(selector.lexical_model="$LEXICAL_MODEL")
 for split in dev heldout; do
   mkdir -p "$OUT/$split"
-  "$PY" -m scholar_agents eval pasa papers=shared_corpus queries.path="$OUT/${split}_queries.jsonl" search=bm25 \
-    setting=date_filtered selector=embedding selector.model="$MODEL" crawler.env.max_actions=5 \
+  "$PY" -m scholar_agents eval pasa papers=shared_corpus queries.path="$OUT/${split}_queries.jsonl" search="$SEARCH" \
+    setting=date_filtered "${SEL_ARGS[@]}" crawler.env.max_actions=5 \
     crawler.env.max_sessions=4 chunk_queries=10 resume_dir="$OUT/$split" "rows=[$ROW]" "$@"
 done
 "$PY" - "$OUT" <<'PYEOF'
