@@ -43,9 +43,9 @@ BUNDLED_DIR = Path(__file__).resolve().parents[1] / "assets" / "selector_lexical
 
 
 def stop_words() -> frozenset:
-    import bm25s
+    from scholar_agents.runtime.jax_guard import import_bm25s  # bm25s imports JAX: kept on the CPU
 
-    return frozenset(bm25s.stopwords.STOPWORDS_EN)
+    return frozenset(import_bm25s().stopwords.STOPWORDS_EN)
 
 
 def tokens(text: str, stop: frozenset) -> list[str]:
