@@ -182,7 +182,7 @@ def _selector_section(out: Path) -> list[str]:
     n = first["metrics"].get("n")
     verdict = ""
     for stage, what in (("eval_selector_tuned", "tuned SmolLM2 Selector"),
-                        ("eval_selector_embedding", "embedding Selector (the CPU default, but for dense hits)")):
+                        ("eval_selector_embedding", "embedding Selector (the CPU default)")):
         d = found.get(stage)
         if d is None or not d.get("baselines"):
             continue
