@@ -106,11 +106,14 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="<search backend>=<eval pasa run dir> (its trajectories/agent.jsonl)")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--store", default=str(Path.home() / ".cache" / "scholar_agents" / "stores" /
-                                           "shared_corpus.sqlite"), help="the paper store the crawls read")
+    ap.add_argument("--store", default=None, help="the paper store the crawls read (default: papers=shared_corpus's)")
     ap.add_argument("--queries", type=Path, default=DEV, help="the gold file (AutoScholarQuery dev)")
     ap.add_argument("--samples", type=int, default=1000, help="bootstrap resamples")
     a = ap.parse_args(argv)
+    if a.store is None:
+        from scholar_agents.hydra_app import compose
+
+        a.store = str(compose("papers_build", ["papers=shared_corpus"]).papers.store)
     gold = {}
     for line in a.queries.read_text().splitlines():
         if line.strip():

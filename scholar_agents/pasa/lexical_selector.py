@@ -42,6 +42,11 @@ TOKEN = re.compile(r"(?u)\b\w\w+\b")  # bm25s's default token pattern: what our 
 BUNDLED_DIR = Path(__file__).resolve().parents[1] / "assets" / "selector_lexical"
 
 
+def resolve_lexical_dir(model: Optional[str]) -> Path:
+    """``selector.lexical_model``: null / "" / bundled = the head the package ships."""
+    return BUNDLED_DIR if model in (None, "", "bundled") else Path(str(model))
+
+
 def stop_words() -> frozenset:
     from scholar_agents.runtime.jax_guard import import_bm25s  # bm25s imports JAX: kept on the CPU
 
@@ -93,6 +98,13 @@ def pair_features(query: str, title: str, doc: str, stats: TermStats) -> list[fl
             max([stats.idf(w) for w in set(q) & set(d)] or [0.0]), math.log1p(len(d))]
 
 
+def feature_matrix(stats: TermStats, queries: Sequence[str], titles: Sequence[str],
+                   abstracts: Sequence[str]) -> np.ndarray:
+    """``[N, len(FEATURES)]``: each query against its paper's title and ``title. abstract``."""
+    rows = [pair_features(q, t, pair_text(t, a), stats) for q, t, a in zip(queries, titles, abstracts)]
+    return np.array(rows, dtype=np.float64).reshape(-1, len(FEATURES))
+
+
 def save_lexical_head(out_dir: str | Path, mean: np.ndarray, scale: np.ndarray, coef: np.ndarray, intercept: float,
                       stats: TermStats, meta: dict) -> Path:
     from safetensors.numpy import save_file
@@ -137,17 +149,14 @@ class LexicalSelector(PairJudge):
         return cls(stats, t["mean"], t["scale"], t["coef"], float(t["intercept"][0]), threshold=threshold,
                    model_id=str(model_dir), meta=read_meta(model_dir), **kwargs)
 
-    def features(self, queries: Sequence[str], titles: Sequence[str], abstracts: Sequence[str]) -> np.ndarray:
-        rows = [pair_features(q, t, pair_text(t, a), self.stats) for q, t, a in zip(queries, titles, abstracts)]
-        return np.array(rows, dtype=np.float64).reshape(-1, len(FEATURES))
-
     def probabilities_of_features(self, x: np.ndarray) -> np.ndarray:
         z = ((x - self.mean) / self.scale) @ self.coef + self.intercept
         return 1.0 / (1.0 + np.exp(-z))
 
     def key_probabilities(self, keys: Sequence[tuple[str, str, str]], show_progress: bool = False) -> np.ndarray:
         del show_progress  # microseconds a pair
-        return self.probabilities_of_features(self.features(*zip(*keys)) if keys else np.zeros((0, len(FEATURES))))
+        return self.probabilities_of_features(feature_matrix(self.stats, *zip(*keys)) if keys
+                                              else np.zeros((0, len(FEATURES))))
 
     def pair_probabilities(self, queries: Sequence[str], texts: Sequence[str],
                            show_progress: bool = False) -> np.ndarray:

@@ -1,7 +1,7 @@
 """What the Selectors that score a <query, paper> pair without generating text share (issue 37): the cross-encoder
 (``pasa.cross_encoder``) and the embedding Selector (``pasa.embedding_selector``) differ only in how a batch of
 (query, text) pairs becomes P(relevant), :meth:`PairJudge.pair_probabilities`. On top of it, once: the memo of
-scored pairs, the ``[N, 2]`` shape ``eval selector`` reads, the threshold read from the model's card, and ``judge``
+scored pairs, the threshold read from the model's card, and ``judge``
 ("why?"), which cannot write a rationale and shows as evidence the abstract's sentences the same scorer rates
 highest against the query, with their scores, beside the decision and score the list used.
 """
@@ -83,14 +83,6 @@ class PairJudge(PaperJudge):
         while len(self._memo) > max(self.memo_size, 0):
             self._memo.popitem(last=False)
         return result
-
-    def probs(self, pairs: Sequence[SelectorPair], show_progress: bool = False) -> np.ndarray:
-        """``[N, 2]`` = (P(relevant), 1 - P(relevant)): the shape ``eval selector`` reads from the LLM Selector."""
-        p = self.score(pairs, show_progress=show_progress)
-        return np.stack([p, 1.0 - p], axis=1) if len(p) else np.zeros((0, 2))
-
-    def scores_from_probs(self, probs: np.ndarray) -> np.ndarray:
-        return np.asarray(probs, dtype=np.float64)[:, 0]
 
     def judge(self, pairs: Sequence[SelectorPair], max_new_tokens: Optional[int] = None,
               n_evidence: int = 2) -> list[Judgement]:

@@ -16,7 +16,6 @@ unchanged); ``selector.threshold`` set to a number moves that common threshold.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
@@ -56,10 +55,9 @@ class ProvenanceSelector(PaperJudge):
     @classmethod
     def from_config(cls, cfg) -> "ProvenanceSelector":
         from scholar_agents.pasa.embedding_selector import EmbeddingSelector, resolve_model_dir
-        from scholar_agents.pasa.lexical_selector import BUNDLED_DIR, LexicalSelector
+        from scholar_agents.pasa.lexical_selector import LexicalSelector, resolve_lexical_dir
 
-        lexical_dir = cfg.get("lexical_model")
-        lexical_dir = BUNDLED_DIR if lexical_dir in (None, "", "bundled") else Path(str(lexical_dir))
+        lexical_dir = resolve_lexical_dir(cfg.get("lexical_model"))
         kw = {"max_abstract_chars": cfg.max_abstract_chars, "memo_size": cfg.memo_size}
         default = EmbeddingSelector.load(resolve_model_dir(cfg.get("model")), threshold=None, **kw)
         lexical = LexicalSelector.load(lexical_dir, threshold=None, **kw)
@@ -84,14 +82,6 @@ class ProvenanceSelector(PaperJudge):
         if lex.any():
             out[lex] = self._lexical_scale(self.lexical.score([p for p, r in zip(pairs, lex) if r]))
         return out
-
-    def probs(self, pairs: Sequence[SelectorPair], show_progress: bool = False) -> np.ndarray:
-        """``[N, 2]`` = (P(relevant), 1 - P(relevant)): the shape ``eval selector`` reads."""
-        p = self.score(pairs, show_progress=show_progress)
-        return np.stack([p, 1.0 - p], axis=1) if len(p) else np.zeros((0, 2))
-
-    def scores_from_probs(self, probs: np.ndarray) -> np.ndarray:
-        return np.asarray(probs, dtype=np.float64)[:, 0]
 
     def judge(self, pairs: Sequence[SelectorPair], max_new_tokens: Optional[int] = None) -> list[Judgement]:
         """Each pair's head's evidence, with the decision and score on the common scale (the ones the list used)."""

@@ -151,6 +151,15 @@ class PaperJudge(abc.ABC):
     def score(self, pairs: Sequence[SelectorPair], show_progress: bool = False) -> np.ndarray:
         """P(relevant) per pair."""
 
+    def probs(self, pairs: Sequence[SelectorPair], show_progress: bool = False) -> np.ndarray:
+        """``[N, 2]`` = (P(relevant), 1 - P(relevant)): the shape ``eval selector`` reads (the LLM Selector
+        overrides it with P("True"), P("False") of the decision token)."""
+        p = self.score(pairs, show_progress=show_progress)
+        return np.stack([p, 1.0 - p], axis=1) if len(p) else np.zeros((0, 2))
+
+    def scores_from_probs(self, probs: np.ndarray) -> np.ndarray:
+        return np.asarray(probs, dtype=np.float64)[:, 0]
+
     def decide(self, pairs: Sequence[SelectorPair], show_progress: bool = False) -> np.ndarray:
         """Selected (True) where the score reaches the threshold (PaSa §4.3)."""
         return self.score(pairs, show_progress=show_progress) >= self.threshold

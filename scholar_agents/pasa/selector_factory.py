@@ -75,9 +75,9 @@ def describe_selector(cfg, llm_model: str = "?") -> str:
     line += _heldout(meta, skip=routed)  # a provenance Selector never judges those miners' hits with this head
     if kind == "provenance":
         from scholar_agents.pasa.lexical_selector import BUNDLED_DIR as LEXICAL_DIR
+        from scholar_agents.pasa.lexical_selector import resolve_lexical_dir
 
-        lexical = cfg.get("lexical_model")
-        lexical_dir = LEXICAL_DIR if lexical in (None, "", "bundled") else Path(str(lexical))
+        lexical_dir = resolve_lexical_dir(cfg.get("lexical_model"))
         lmeta = read_meta(lexical_dir)
         routes = ", ".join(cfg.get("lexical_for") or []) or "no retriever"
         line = (f"provenance Selector: papers found by {routes} search judged by the lexical Selector"

@@ -19,7 +19,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from scholar_agents.pasa.lexical_selector import FEATURES, LexicalSelector, TermStats, save_lexical_head
+from scholar_agents.pasa.lexical_selector import (FEATURES, LexicalSelector, TermStats, feature_matrix,
+                                                  save_lexical_head)
 from scholar_agents.pasa.pair_judge import pair_text
 from scholar_agents.pasa.selector import SelectorPair, truncate_abstract
 from scholar_agents.train.pair_fitting import fit_threshold, split_by_query, task_inputs
@@ -66,10 +67,8 @@ def train_lexical_selector(pairs: Sequence[SelectorPair], out_dir: str | Path,
     if ytr.all() or not ytr.any():
         raise ValueError(f"the training split needs both labels, got {int(ytr.sum())} positive / "
                          f"{int((~ytr).sum())} negative")
-    probe = LexicalSelector(stats, np.zeros(len(FEATURES)), np.ones(len(FEATURES)), np.zeros(len(FEATURES)), 0.0,
-                            threshold=0.5)
-    xtr = probe.features([p.query for p in train], [p.title for p in train], [p.abstract for p in train])
-    xdev = probe.features([p.query for p in dev], [p.title for p in dev], [p.abstract for p in dev])
+    xtr = feature_matrix(stats, [p.query for p in train], [p.title for p in train], [p.abstract for p in train])
+    xdev = feature_matrix(stats, [p.query for p in dev], [p.title for p in dev], [p.abstract for p in dev])
     mean, scale = xtr.mean(0), np.where(xtr.std(0) > 1e-12, xtr.std(0), 1.0)
     grid, best = [], None
     for c in cfg.c_grid:
