@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 
 from scholar_agents.llm.base import LLM, Completion, Generation, Prompt, SamplingParams, repetition_controls
 from scholar_agents.llm.cache import model_identity
+from scholar_agents.llm.cancel import current_event, raise_if_cancelled
 from scholar_agents.llm.completions import build_completion, end_of_sequence_ids
 from scholar_agents.llm.config import LLMConfig
 from scholar_agents.llm.constraints import OutputConstraint, warn_unconstrained
@@ -58,6 +59,17 @@ class GrammarLogitsProcessor:
         scores = scores.to("cpu") if device.type not in ("cpu", "cuda") else scores
         xgr.apply_token_bitmask_inplace(scores, mask.to(scores.device))
         return scores.to(device)
+
+
+class CancelCriteria:
+    """transformers stopping criterion: every row stops at the next token once ``event`` is set (the caller's
+    cancel, llm/cancel.py), so a cancel waits one decoding step, not the whole answer."""
+
+    def __init__(self, event):
+        self.event = event
+
+    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
 
 
 class HFBackend(LLM):
@@ -134,6 +146,7 @@ class HFBackend(LLM):
         results: list[Generation | None] = [None] * len(ids)
         seed = self.cfg.seed if params.seed is None else params.seed
         for b, batch in enumerate(tqdm(batches, desc="hf generate", leave=False, disable=len(batches) < 2)):
+            raise_if_cancelled()
             # A private RNG stream per batch: reproducible for a given call, and the caller's global RNG is untouched.
             with torch.random.fork_rng(devices=self._rng_devices):
                 torch.manual_seed(seed + b)
@@ -178,8 +191,11 @@ class HFBackend(LLM):
             penalty = RepetitionPenaltyLogitsProcessor(rep["repetition_penalty"], prompt_ignore_length=width)
             processors.insert(0, penalty)
         processors = processors or None
+        event = current_event()
+        stopping = [CancelCriteria(event)] if event is not None else None
         out = self.model.generate(**enc, generation_config=gen_cfg, tokenizer=self.tokenizer,
-                                  logits_processor=processors)
+                                  logits_processor=processors, stopping_criteria=stopping)
+        raise_if_cancelled()  # rows cut short by the cancel are not answers
         new = out.sequences[:, width:]
         logprobs = None
         if params.logprobs:
@@ -241,6 +257,7 @@ class HFBackend(LLM):
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         batches = [order[i : i + self.cfg.batch_size] for i in range(0, len(order), self.cfg.batch_size)]
         for batch in tqdm(batches, desc="hf next-token probs", leave=False, disable=len(batches) < 2):
+            raise_if_cancelled("scoring")
             enc = self._pad([ids[i] for i in batch])
             # Left padding shifts real tokens right: positions must count real tokens only, as generate() does.
             position_ids = (enc["attention_mask"].cumsum(-1) - 1).clamp(min=0)

@@ -8,7 +8,9 @@ the server was started with). Requests run on a bounded thread pool (``max_concu
 vLLM's extensions to the completions API are used when the server has them: ``return_token_ids`` (the exact
 generated ids; otherwise the text is re-tokenised locally), ``include_stop_str_in_output`` (we cut at stop
 strings ourselves, like the other backends), ``add_special_tokens`` and ``logprob_token_ids`` (exact
-next-token log-probabilities of the candidates, not a top-k cut — required for ``next_token_probs``).
+next-token log-probabilities of the candidates, not a top-k cut). A server without ``logprob_token_ids`` (vLLM 0.19,
+the CUDA 12 lock's) ignores it; ``next_token_probs`` then sends each candidate as the prompt's last token with
+``echo`` and reads its prompt logprob: the same full-vocabulary probability, one batched request per prompt.
 The API key is read from the environment variable named by ``api_key_env`` and never logged.
 """
 
@@ -19,7 +21,7 @@ import os
 import random
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Sequence
 
 import httpx
@@ -28,6 +30,7 @@ from tqdm.auto import tqdm
 
 from scholar_agents.llm.base import LLM, Generation, Prompt, SamplingParams, repetition_controls
 from scholar_agents.llm.cache import model_identity
+from scholar_agents.llm.cancel import current_event, raise_if_cancelled
 from scholar_agents.llm.completions import build_completion, end_of_sequence_ids
 from scholar_agents.llm.config import LLMConfig
 from scholar_agents.llm.constraints import OutputConstraint, warn_unconstrained
@@ -69,6 +72,7 @@ class OpenAIBackend(LLM):
         self._lock = threading.Lock()
         self.retries = 0  # requests re-sent after a transient failure (for logs and tests)
         self._structured_extension = True  # vLLM's `structured_outputs` field; off once a server rejects it
+        self._candidate_extension = True  # vLLM's `logprob_token_ids` field; off once a server ignores it
         self.served_model = cfg.served_model_name or self._discover_model()
         self.model_id = model_identity(cfg.model, None, "openai", self.served_model, cfg.base_url)
         log.info("openai backend: %s at %s", self.served_model, cfg.base_url)
@@ -120,9 +124,18 @@ class OpenAIBackend(LLM):
         raise ValueError(f"server {self.cfg.base_url} serves {models}; set llm.served_model_name to one of them")
 
     def _map(self, fn, items: list, desc: str) -> list:
-        if len(items) <= 1:
+        event = current_event()
+        if len(items) <= 1 and event is None:
             return [fn(x) for x in items]
         futures = [self._pool.submit(fn, x) for x in items]
+        if event is not None:  # a cancel (llm/cancel.py) returns at once; requests in flight end unread
+            pending = set(futures)
+            while pending:
+                _, pending = wait(pending, timeout=0.1)
+                if event.is_set():
+                    for f in futures:
+                        f.cancel()
+                    raise_if_cancelled()
         return [f.result() for f in tqdm(futures, desc=desc, leave=False, disable=len(items) < 32)]
 
     # ---- generation ----
@@ -210,6 +223,21 @@ class OpenAIBackend(LLM):
         return np.asarray(rows, dtype=np.float64).reshape(len(prompts), len(cand))
 
     def _probs_one(self, prompt: Prompt, cand: list[int]) -> list[float]:
+        if self._candidate_extension:
+            probs = self._probs_by_candidate_ids(prompt, cand)
+            if probs is not None:
+                return probs
+            with self._lock:
+                if self._candidate_extension:
+                    self._candidate_extension = False
+                    log.warning("openai backend: %s ignored `logprob_token_ids` (a vLLM older than the extension, "
+                                "e.g. 0.19): scoring each candidate as a prompt token instead (echo + prompt "
+                                "logprobs, one request per prompt)", self.cfg.base_url)
+        return self._probs_by_echo(prompt, cand)
+
+    def _probs_by_candidate_ids(self, prompt: Prompt, cand: list[int]) -> list[float] | None:
+        """vLLM's ``logprob_token_ids``: the candidates' exact next-token log-probabilities. None when the answer
+        lacks a candidate: a server without the extension ignores the field and returns its top-k only."""
         payload = {
             "model": self.served_model,
             "prompt": self.render(prompt),
@@ -226,13 +254,42 @@ class OpenAIBackend(LLM):
         except (KeyError, IndexError, TypeError) as e:
             raise ServerError(f"no logprobs in the server's answer: {str(data)[:300]}") from e
         by_id = {int(k.split(":", 1)[1]): v for k, v in top.items() if k.startswith("token_id:")}
-        missing = [c for c in cand if c not in by_id]
-        if missing:
-            raise ServerError(
-                f"the server returned no logprobs for candidate ids {missing}: next_token_probs needs vLLM's "
-                f"`logprob_token_ids` extension (exact log-probabilities of given tokens)"
-            )
+        if any(c not in by_id for c in cand):
+            return None
         return [float(np.exp(by_id[c])) for c in cand]
+
+    def _probs_by_echo(self, prompt: Prompt, cand: list[int]) -> list[float]:
+        """The same probabilities from any vLLM: the prompt's token ids followed by one candidate, sent back with
+        ``echo`` and prompt logprobs; the candidate's entry is log P(candidate | prompt) over the full vocabulary,
+        exact whatever the top-k holds. Token ids, not text, so the server cannot re-tokenise the boundary."""
+        ids = self.prompt_token_ids(prompt)
+        payload = {
+            "model": self.served_model,
+            "prompt": [ids + [c] for c in cand],
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "echo": True,
+            "logprobs": 1,
+            "return_tokens_as_token_ids": True,
+        }
+        data = self._request("POST", "completions", payload)
+        choices = sorted(data.get("choices", []), key=lambda c: c.get("index", 0))
+        if len(choices) != len(cand):
+            raise ServerError(f"asked to echo {len(cand)} prompts, the server returned {len(choices)} choices")
+        out = []
+        for c, choice in zip(cand, choices):
+            lp = choice.get("logprobs") or {}
+            values, tokens = lp.get("token_logprobs") or [], lp.get("tokens") or []
+            if len(values) <= len(ids) or values[len(ids)] is None:
+                raise ServerError(
+                    f"the server echoed no prompt logprob for candidate id {c} ({len(values)} values for a "
+                    f"{len(ids) + 1}-token prompt): next_token_probs needs vLLM's `logprob_token_ids` extension or "
+                    f"`echo` with prompt logprobs")
+            if len(tokens) > len(ids) and str(tokens[len(ids)]).startswith("token_id:") \
+                    and int(str(tokens[len(ids)]).split(":", 1)[1]) != c:
+                raise ServerError(f"the server echoed token {tokens[len(ids)]} where candidate id {c} was sent")
+            out.append(float(np.exp(values[len(ids)])))
+        return out
 
     def close(self) -> None:
         pool = getattr(self, "_pool", None)
