@@ -29,28 +29,15 @@ search session.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from scholar_agents.papers.ids import norm_id
+from scholar_agents.papers.key_phrases import QUERY_BOILERPLATE, content_words, key_phrases  # noqa: F401 (API)
 from scholar_agents.pasa.actions import MISCASED_ACTION_RE
 
 USER_QUERY, KEY_PHRASE, GOLD_TITLE, GOLD_TITLE_PHRASE, LLM, TOPIC = (
     "user_query", "key_phrase", "gold_title", "gold_title_phrase", "llm", "topic")
-# AutoScholarQuery questions ("Which papers study ...?", "Could you provide me some works proposing ...") wrap the
-# topic in words that are no topic: YAKE would keep them inside phrases.
-QUERY_BOILERPLATE = frozenset({
-    "paper", "papers", "work", "works", "study", "studies", "studied", "studying", "research", "researches",
-    "article", "articles", "literature", "provide", "propose", "proposed", "proposes", "proposing", "explore",
-    "explored", "explores", "exploring", "investigate", "investigated", "investigates", "investigating", "discuss",
-    "discussed", "discusses", "discussing", "introduce", "introduced", "introduces", "introducing", "focus",
-    "focused", "focuses", "focusing", "address", "addressed", "addresses", "addressing", "examine", "examined",
-    "examines", "examining", "mention", "mentioned", "could", "would", "give", "list", "show", "shown", "shows",
-    "existing", "previous", "prior", "related",
-})
-_WORD = re.compile(r"[a-z0-9]+")
 
 
 @dataclass
@@ -81,35 +68,6 @@ class VerifiedQueries:
     @property
     def queries(self) -> list[str]:
         return [k.query for k in self.kept]
-
-
-@lru_cache(maxsize=8)
-def _extractor(n: int, top: int):
-    import yake
-
-    base = yake.KeywordExtractor(lan="en")
-    return yake.KeywordExtractor(lan="en", n=n, top=top, stopwords=set(base.stopword_set) | QUERY_BOILERPLATE)
-
-
-@lru_cache(maxsize=1)
-def _stopwords() -> frozenset[str]:
-    return frozenset(_extractor(1, 1).stopword_set)
-
-
-def key_phrases(text: str, top: int = 5, ngram: int = 3) -> list[str]:
-    """YAKE's best ``top`` key phrases of ``text`` (most relevant first; YAKE's score is lower = better)."""
-    if top < 1 or not text.strip():
-        return []
-    return [kw for kw, _score in _extractor(ngram, top).extract_keywords(text)]
-
-
-def content_words(text: str) -> list[str]:
-    out = []
-    for w in _WORD.findall(text.lower()):
-        if len(w) < 3 or w in _stopwords():
-            continue
-        out.append(w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w)
-    return out
 
 
 def support(phrase: str, user_query: str) -> float:

@@ -162,7 +162,8 @@ def merge_queues(trajectories: Sequence[QueryTrajectory]) -> dict[str, tuple[int
 
 def queue_provenance(trajectories: Sequence[QueryTrajectory], search_name: str) -> dict[str, str]:
     """Paper id -> the retriever whose action first added it to one of these queues: ``search_name`` for a
-    [Search] (the crawl's one search backend), ``expand`` for a paper's references, ``seed`` for a seed paper."""
+    [Search] (the crawl's one search backend), ``expand`` for a paper's references, ``related`` for a related
+    search of a sectionless paper (``crawler.env.related_expand``), ``seed`` for a seed paper."""
     out: dict[str, str] = {}
     for t in trajectories:
         actions = {s.session_id: s.actions for s in t.sessions}
@@ -173,8 +174,12 @@ def queue_provenance(trajectories: Sequence[QueryTrajectory], search_name: str) 
                 out[e.paper_id] = "seed"
                 continue
             acts = actions.get(e.session_id) or []
-            kind = acts[e.action_index].kind if 0 <= e.action_index < len(acts) else ""
-            out[e.paper_id] = search_name if kind == SEARCH else kind
+            act = acts[e.action_index] if 0 <= e.action_index < len(acts) else None
+            if act is not None and act.found_by:
+                out[e.paper_id] = act.found_by  # e.g. "related": a related search of a sectionless paper
+            else:
+                kind = act.kind if act is not None else ""
+                out[e.paper_id] = search_name if kind == SEARCH else kind
     return out
 
 

@@ -14,6 +14,14 @@ strict grammar of :mod:`scholar_agents.pasa.actions` and executes them:
   ``date_filter_expand``);
 - ``[Stop]``: ends the session; the crawl continues with the next queued paper (Table 1).
 
+Related expansion (ours, ``related_expand``; a deviation from PaSa, whose papers all have full text): a paper
+without sections still gets an S_{q+p} session, whose "sections" are searches derived from the paper: ``Title``
+(its title) and ``Key phrase: <phrase>`` for YAKE key phrases of its abstract. ``[Expand] Key phrase: ...`` runs
+that search (``related_k`` hits, under the query's [Search] before-date, batched with the step's other searches)
+and queues the hits with ``found_by="related"``. One :class:`OutlineSection` list per session feeds the prompt,
+the constrained grammar (``Crawler.constraint``) and the executor; :func:`gets_session` is the one rule deciding
+which papers get a session (the environment, PPO's rollout and ``data_gen crawler_sessions``).
+
 Every paper is added to the queue at most once per query (de-duplication against the whole queue). Each added
 paper of depth < ``max_depth`` gets its own S_{q+p} session later (search hits are depth 1; PaSa §5.2 limits the
 paper tree to depth 3). Budgets on actions, queue size, sessions and generated tokens end a query's crawl early.
@@ -32,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from scholar_agents.llm import Generation
+from scholar_agents.papers.key_phrases import key_phrases
 from scholar_agents.papers.paper import Paper, Reference
 from scholar_agents.papers.search_base import SearchBackend
 from scholar_agents.papers.store import PaperStore
@@ -89,6 +98,16 @@ class CrawlConfig:
     # holds what the search it wraps finds at k, so it is never below it at that depth. Counted per query
     # (QueryTrajectory.user_query_searches), costs one action. false = PaSa (the learned policy alone).
     search_user_query: bool = False
+    # Ours (a deviation from PaSa, whose corpus has full text): a paper without sections gets an expand session whose
+    # outline is searches derived from the paper (``Title``; ``Key phrase: <phrase>`` for ``related_key_phrases``
+    # YAKE phrases of its abstract, n-grams up to ``related_key_phrase_ngram`` words), each run with ``related_k``
+    # hits. With expand=ar5iv|semantic_scholar the full text is fetched first: only papers still without sections
+    # get related searches. Needs bounded max_actions and max_queue (an [Expand] now adds up to related_k papers).
+    related_expand: bool = False
+    related_k: int = 10
+    related_key_phrases: int = 3
+    related_key_phrase_ngram: int = 3
+    related_title: bool = True  # offer the paper's title as a related search ("Title")
 
     def __post_init__(self) -> None:
         if self.prompt_style not in PROMPT_STYLES:
@@ -102,6 +121,78 @@ class CrawlConfig:
             v = getattr(self, name)
             if v is not None and v < 0:
                 raise ValueError(f"{name} must be >= 0 or null, got {v}")
+        if self.related_expand:
+            if self.related_k < 1:
+                raise UsageError(f"crawler.env.related_k must be >= 1, got {self.related_k}")
+            if self.related_key_phrases < 0 or self.related_key_phrase_ngram < 1:
+                raise UsageError("crawler.env.related_key_phrases must be >= 0 and related_key_phrase_ngram >= 1")
+            if not self.related_title and self.related_key_phrases == 0:
+                raise UsageError("crawler.env.related_expand offers no search with related_title=false and "
+                                 "related_key_phrases=0")
+            unbounded = [n for n in ("max_actions", "max_queue") if getattr(self, n) is None]
+            if unbounded:
+                raise UsageError(f"crawler.env.related_expand=true needs bounded budgets (each [Expand] of a paper "
+                                 f"without sections adds up to related_k={self.related_k} papers): set "
+                                 + ", ".join(f"crawler.env.{n}" for n in unbounded))
+
+
+RELATED = "related"  # found_by of papers a related search added (search hits: the backend's name; references: expand)
+TITLE_SECTION = "Title"
+KEY_PHRASE_SECTION = "Key phrase: "
+
+
+@dataclass(frozen=True)
+class OutlineSection:
+    """One "section" an S_{q+p} session offers to [Expand]: a heading of the paper and its references, or (ours,
+    ``related_expand``) a named search derived from a sectionless paper."""
+
+    name: str
+    references: tuple[Reference, ...] = ()
+    query: Optional[str] = None  # a related search's text; None = the section's cited references
+
+    @property
+    def related(self) -> bool:
+        return self.query is not None
+
+
+def related_outline(paper: Paper, cfg: CrawlConfig) -> list[OutlineSection]:
+    """The related searches of a paper without sections: its title, then key phrases of its abstract (the title's
+    when it has no abstract), de-duplicated case-insensitively."""
+    out: list[OutlineSection] = []
+    seen: set[str] = set()
+
+    def add(name: str, query: str) -> None:
+        query = " ".join(query.split())
+        if query and query.lower() not in seen and "[" not in query:  # an action token cannot sit in a heading
+            seen.add(query.lower())
+            out.append(OutlineSection(name, query=query))
+
+    if cfg.related_title and paper.title:
+        add(TITLE_SECTION, paper.title)
+    text = paper.abstract if paper.abstract.strip() else ""
+    for kp in key_phrases(text, cfg.related_key_phrases, cfg.related_key_phrase_ngram) if text else []:
+        add(KEY_PHRASE_SECTION + " ".join(kp.split()), kp)
+    return out
+
+
+def session_outline(paper: Paper, cfg: CrawlConfig) -> list[OutlineSection]:
+    """What an S_{q+p} session on ``paper`` offers to [Expand]: its sections, or its related searches (ours)."""
+    if paper.sections:
+        return [OutlineSection(s.heading, tuple(s.references)) for s in paper.sections]
+    if cfg.related_expand:
+        return related_outline(paper, cfg)
+    return []
+
+
+def gets_session(paper: Optional[Paper], cfg: CrawlConfig) -> bool:
+    """The one rule for which queued papers get an S_{q+p} session (depth and budgets aside): a paper with
+    sections; a sectionless one under ``related_expand``; every paper when ``skip_sectionless`` is false."""
+    if paper is None:
+        return False
+    if paper.sections or not cfg.skip_sectionless:
+        return True
+    return cfg.related_expand and bool((cfg.related_title and paper.title.strip())
+                                       or (cfg.related_key_phrases > 0 and paper.abstract.strip()))
 
 
 @dataclass
@@ -116,6 +207,7 @@ class Session:
     depth: int = 0
     parent_session_id: Optional[str] = None
     parent_action_index: Optional[int] = None
+    outline: list[OutlineSection] = field(default_factory=list)  # what [Expand] may name (prompt, grammar, executor)
 
     @property
     def allowed_action(self) -> str:
@@ -196,7 +288,10 @@ class CrawlEnv:
         # has none for, just before its S_q+p session; None (expand=store) reads the store as it is.
         self.fulltext = fulltext
         self._title_cache: dict[str, Optional[str]] = {}
+        self._outline_cache: dict[str, list[OutlineSection]] = {}
         self.timing = Counter()  # seconds: env_search, env_expand, env_other
+        self.searches = 0  # queries searched (the Crawler's, the fallback's, related searches)
+        self.search_calls = 0  # search_batch calls they took (the bench's cost figure)
 
     # ---- states and sessions ----
 
@@ -207,7 +302,8 @@ class CrawlEnv:
         """The before-date a [Search] uses: the query's (PaSa §5.1) or none (``search_date_filter: false``)."""
         return before if self.cfg.search_date_filter else None
 
-    def state_messages(self, user_query: str, paper: Paper | str | None = None) -> list[dict[str, str]]:
+    def state_messages(self, user_query: str, paper: Paper | str | None = None,
+                       outline: Optional[list[OutlineSection]] = None) -> list[dict[str, str]]:
         """S_q (``paper=None``) or S_{q+p}: the chat the Crawler sees. PPO rebuilds S_{q+p_j} for Eq. 3 with it."""
         if paper is None:
             return crawler_search_messages(user_query, instructed=self.cfg.instructed_prompts,
@@ -222,8 +318,18 @@ class CrawlEnv:
         if n is not None and len(abstract) > n:
             cut = abstract[:n]
             abstract = cut[: cut.rfind(" ")] if cut.rfind(" ") > n // 2 else cut
-        return crawler_expand_messages(user_query, paper.title, abstract, paper.outline,
+        outline = self.outline(paper) if outline is None else outline
+        return crawler_expand_messages(user_query, paper.title, abstract, [o.name for o in outline],
                                        instructed=self.cfg.instructed_prompts, style=self.cfg.prompt_style)
+
+    def outline(self, paper: Paper) -> list[OutlineSection]:
+        """The paper's outline under this environment's rules (cached: YAKE runs once per paper)."""
+        if paper.sections:
+            return session_outline(paper, self.cfg)
+        key = paper.paper_id
+        if key not in self._outline_cache:
+            self._outline_cache[key] = session_outline(paper, self.cfg)
+        return self._outline_cache[key]
 
     def search_session(self, state: QueryState) -> Session:
         return Session(state.next_session_id(), state, S_Q, self.state_messages(state.query.question))
@@ -236,9 +342,10 @@ class CrawlEnv:
             if got is None:
                 raise KeyError(f"paper {paper!r} is not in the store {self.store.path}")
             paper = got
-        return Session(state.next_session_id(), state, S_QP, self.state_messages(state.query.question, paper),
-                       paper=paper, depth=depth, parent_session_id=parent_session_id,
-                       parent_action_index=parent_action_index)
+        outline = self.outline(paper)
+        return Session(state.next_session_id(), state, S_QP,
+                       self.state_messages(state.query.question, paper, outline=outline), paper=paper, depth=depth,
+                       parent_session_id=parent_session_id, parent_action_index=parent_action_index, outline=outline)
 
     def budget_reason(self, state: QueryState) -> Optional[str]:
         c = self.cfg
@@ -282,7 +389,7 @@ class CrawlEnv:
                     out.append(self.search_session(s))
                 else:
                     paper = papers.get(item.paper_id)
-                    if paper is None or (self.cfg.skip_sectionless and not paper.sections):
+                    if not gets_session(paper, self.cfg):
                         s.skipped_sectionless += 1
                     else:
                         out.append(self.expand_session(s, paper, item.depth, item.parent_session_id,
@@ -303,17 +410,21 @@ class CrawlEnv:
             raise ValueError(f"{len(sessions)} sessions but {len(generations)} generations")
         t0 = time.perf_counter()
         records: list[SessionRecord] = []
-        search_jobs: list[tuple[ActionRecord, str, Optional[str]]] = []
+        search_jobs: list[tuple[ActionRecord, str, Optional[str], int]] = []  # (action, query, before, k)
         expand_jobs: list[tuple[ActionRecord, Session, list[Reference]]] = []
         for sess, gen in zip(sessions, generations):
             rec = self._parse(sess, gen, search_jobs, expand_jobs)
             records.append(rec)
         t1 = time.perf_counter()
         found: dict[int, list[str]] = {}
-        if search_jobs:
-            hits = self.search.search_batch([q for _, q, _ in search_jobs], k=self.cfg.search_k,
-                                            before=[b for _, _, b in search_jobs])
-            for (ar, _, _), hs in zip(search_jobs, hits):
+        # One search_batch call per distinct k: the Crawler's searches (search_k) and the related searches of
+        # sectionless papers (related_k) of the whole batch of sessions.
+        for k in sorted({job[3] for job in search_jobs}):
+            jobs = [job for job in search_jobs if job[3] == k]
+            hits = self.search.search_batch([q for _, q, _, _ in jobs], k=k, before=[b for _, _, b, _ in jobs])
+            self.search_calls += 1
+            self.searches += len(jobs)
+            for (ar, _, _, _), hs in zip(jobs, hits):
                 ar.candidates = len(hs)
                 found[id(ar)] = [h.paper_id for h in hs]
         t2 = time.perf_counter()
@@ -370,7 +481,7 @@ class CrawlEnv:
                 ar.status = "expand_disabled"
             elif a.kind != sess.allowed_action:
                 ar.status = "not_allowed"
-            elif a.kind == EXPAND and not (sections := self._sections(sess.paper, a.argument)):
+            elif a.kind == EXPAND and not (sections := self._sections(sess, a.argument)):
                 ar.status = "unknown_section"
             elif key in seen:
                 ar.status = "duplicate_action"
@@ -381,7 +492,10 @@ class CrawlEnv:
                 n_moves += 1
                 state.moves += 1
                 if a.kind == SEARCH:
-                    search_jobs.append((ar, a.argument, self.search_before(state.before)))
+                    search_jobs.append((ar, a.argument, self.search_before(state.before), self.cfg.search_k))
+                elif sections[0].related:
+                    ar.found_by = RELATED
+                    search_jobs.append((ar, sections[0].query, self.search_before(state.before), self.cfg.related_k))
                 else:
                     expand_jobs.append((ar, sess, [r for sec in sections for r in sec.references]))
         if sess.start_state == S_Q:
@@ -408,14 +522,14 @@ class CrawlEnv:
             state.traj.user_query_searches += 1
         else:
             state.traj.fallback_searches += 1
-        search_jobs.append((ar, state.query.question, self.search_before(state.before)))
+        search_jobs.append((ar, state.query.question, self.search_before(state.before), self.cfg.search_k))
 
     @staticmethod
-    def _sections(paper: Paper, argument: str) -> list:
-        """The paper's sections named by an [Expand] argument (case, quotes and numbering ignored; a heading
-        used twice names both)."""
+    def _sections(sess: Session, argument: str) -> list[OutlineSection]:
+        """The session's outline entries named by an [Expand] argument (case, quotes and numbering ignored; a
+        heading used twice names both)."""
         want = _norm_heading(argument)
-        return [s for s in paper.sections if _norm_heading(s.heading) == want]
+        return [o for o in sess.outline if _norm_heading(o.name) == want]
 
     def _expand(self, jobs: list[tuple[ActionRecord, Session, list[Reference]]]) -> dict[int, list[str]]:
         """Section references -> paper ids (resolved, date-filtered), for a batch of [Expand] actions."""

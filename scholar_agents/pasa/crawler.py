@@ -158,9 +158,9 @@ class Crawler:
                 for k in range(len(members))]
 
     def constraint(self, session: Session, min_searches: int = 1) -> OutputConstraint:
-        """The session's action grammar: searches for S_q (at least ``min_searches``), the paper's own section names
-        for S_q+p."""
-        sections = [s.heading for s in session.paper.sections] if session.paper is not None else []
+        """The session's action grammar: searches for S_q (at least ``min_searches``), the names of the session's
+        outline for S_q+p (the paper's headings, or its related searches: the same list the prompt shows)."""
+        sections = [o.name for o in session.outline] if session.paper is not None else []
         return action_constraint(session.allowed_action, sections, self.cfg.max_actions_per_session,
                                  self.cfg.max_query_chars, min_searches=min_searches)
 

@@ -56,6 +56,9 @@ class ActionRecord:
     # crawler.env.fallback_search: the environment searched the user's query because the Crawler wrote no valid
     # [Search] (not the policy's action: no token span, never trained on)
     fallback: bool = False
+    # the retriever that found ``added`` when it is not the action kind's usual one: "related" for an [Expand] of
+    # a related search (crawler.env.related_expand); None = derived from ``kind`` (queue_provenance)
+    found_by: Optional[str] = None
 
     @property
     def executed(self) -> bool:

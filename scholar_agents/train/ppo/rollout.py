@@ -37,7 +37,7 @@ import torch
 from scholar_agents.papers.ids import norm_id
 from scholar_agents.llm import LLM, build_llm
 from scholar_agents.pasa.actions import SEARCH, STOP
-from scholar_agents.pasa.crawl_env import CrawlEnv, Session
+from scholar_agents.pasa.crawl_env import CrawlEnv, Session, gets_session
 from scholar_agents.pasa.crawler import Crawler, CrawlerConfig
 from scholar_agents.pasa.queries import ScholarQuery
 from scholar_agents.pasa.trajectory import EXECUTED, S_Q, SessionRecord
@@ -96,11 +96,12 @@ class QuerySampler:
 # the sampling scheme (App. A.2)
 
 
-def starts_session(env: CrawlEnv, depth: int, has_sections: bool) -> bool:
-    """Would the environment give a paper queued at ``depth`` its own S_{q+p} session? (the rule of
-    ``CrawlEnv._apply`` / ``next_sessions``, budgets aside). A paper that never gets a session has no reward-to-go."""
+def starts_session(env: CrawlEnv, depth: int, paper) -> bool:
+    """Would the environment give ``paper`` queued at ``depth`` its own S_{q+p} session? (the rule of
+    ``CrawlEnv._apply`` / ``next_sessions``: :func:`gets_session`, budgets aside). A paper that never gets a session
+    has no reward-to-go."""
     c = env.cfg
-    return c.expand and depth < c.max_depth and (has_sections or not c.skip_sectionless)
+    return c.expand and depth < c.max_depth and gets_session(paper, c)
 
 
 def collect_sessions(env: CrawlEnv, crawler: Crawler, queries: Sequence[ScholarQuery], expand_sessions: Sequence[int],
@@ -125,7 +126,7 @@ def collect_sessions(env: CrawlEnv, crawler: Crawler, queries: Sequence[ScholarQ
         pool = [(by_id[r.session_id], i, pid) for r in new for i, a in enumerate(r.actions) for pid in a.added]
         papers = env.store.get_many(sorted({pid for _, _, pid in pool})) if pool else {}
         eligible = [(s, i, pid) for s, i, pid in pool
-                    if pid in papers and starts_session(env, s.depth + 1, bool(papers[pid].sections))]
+                    if pid in papers and starts_session(env, s.depth + 1, papers[pid])]
         stats[f"expand_candidates_round{round_idx + 1}"] += len(eligible)
         picks = rng.sample(eligible, min(expand_sessions[round_idx], len(eligible)))
         sessions = [env.expand_session(s.state, papers[pid], depth=s.depth + 1, parent_session_id=s.session_id,
@@ -240,6 +241,7 @@ class ActionStep:
     gold_hits: int = 0
     children: list[str] = field(default_factory=list)
     child_values: float = 0.0  # Σ_j V̂(S_{q+p_j}), filled in by the trainer
+    found_by: str | None = None  # "related": an [Expand] that ran a related search (the Selector routes by it)
 
     @property
     def n_tokens(self) -> int:
@@ -285,7 +287,7 @@ def action_steps(record: SessionRecord) -> list[ActionStep]:
         if end <= start:  # no token left for this action (pathological spans): its papers go to the previous step
             steps[-1].added += added
             continue
-        steps.append(ActionStep(a.kind, start, end, added=added))
+        steps.append(ActionStep(a.kind, start, end, added=added, found_by=a.found_by))
         start = end
     return steps
 
@@ -306,7 +308,7 @@ def build_samples(records: Sequence[SessionRecord], env: CrawlEnv, gold: dict[st
         for st in s.steps:
             if st.added and reward_cfg.use_selector:
                 # the retriever that returned them (selector=provenance judges them by the evidence it did not use)
-                found_by = search_name if st.kind == SEARCH else st.kind
+                found_by = st.found_by or (search_name if st.kind == SEARCH else st.kind)
                 requests.append((s.record.user_query, [papers[p] for p in st.added if p in papers], found_by))
                 owners.append(st)
     decisions: dict[int, list[bool]] = {}
@@ -325,7 +327,7 @@ def build_samples(records: Sequence[SessionRecord], env: CrawlEnv, gold: dict[st
             st.gold_hits = sum(p in g for p in ids)
             child_depth = s.record.depth + 1
             st.children = [p for p in st.added if p in papers and (
-                bootstrap_all_papers or starts_session(env, child_depth, bool(papers[p].sections)))]
+                bootstrap_all_papers or starts_session(env, child_depth, papers[p]))]
     return samples
 
 
