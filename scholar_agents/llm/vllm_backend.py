@@ -239,12 +239,25 @@ class VLLMBackend(LLM):
         """Re-allocate what :meth:`sleep` released: everything (``tags=None``) or only ``["weights"]`` /
         ``["kv_cache"]`` (vLLM's tags; a colocated engine wakes its weights, takes the push, then its KV cache).
         True once the engine is fully awake (vLLM resumes scheduling only then)."""
-        return bool(self._local_engine("sleep mode").wake_up(tags=None if tags is None else list(tags)))
+        engine = self._local_engine("sleep mode")
+        return fully_awake(engine.wake_up(tags=None if tags is None else list(tags)), engine, tags)
 
     def close(self) -> None:
         for rep in getattr(self, "_replicas", []):
             rep.close()
         self._replicas = []
+
+
+def fully_awake(result, engine, tags: Sequence[str] | None) -> bool:
+    """What ``LLM.wake_up`` answered, as a bool. vLLM 0.32 returns whether the engine is fully awake; 0.19 (the
+    CUDA 12 lock's) returns None whatever it did, so the engine is asked (``llm_engine.is_sleeping()``, in both), or,
+    where it cannot say, a call that woke everything or the KV cache (the last of TRL's order) counts as awake."""
+    if result is not None:
+        return bool(result)
+    is_sleeping = getattr(getattr(engine, "llm_engine", None), "is_sleeping", None)
+    if callable(is_sleeping):
+        return not is_sleeping()
+    return tags is None or "kv_cache" in tags
 
 
 def sleep_mode_available() -> bool:
