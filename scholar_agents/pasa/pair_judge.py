@@ -98,7 +98,8 @@ class PairJudge(PaperJudge):
             if sentences:
                 sp = self.pair_probabilities([pair.query] * len(sentences), sentences)
                 top = np.argsort(-sp, kind="stable")[:n_evidence]
-                evidence = " ".join(f'"{sentences[i]}" ({sp[i]:.2f})' for i in top)
+                # the number says what it is: the sentence alone scored against the query, not the paper's score
+                evidence = " ".join(f'"{sentences[i]}" (this sentence alone: P(relevant) {sp[i]:.2f})' for i in top)
                 rationale = f"Evidence, the abstract's sentences closest to the query: {evidence}"
             else:
                 rationale = "No abstract: the decision reads the title alone."

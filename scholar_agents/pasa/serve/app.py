@@ -25,25 +25,31 @@ from scholar_agents.validation import UsageError, parse_date
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
-SEARCH_FIELDS = ("query", "before", "seed_paper")
+SEARCH_FIELDS = ("query", "before", "seed_paper", "replaces")
+# a paper id of a store: arXiv ids (2405.15318, hep-th/9901001) and loaders' stable ids; no path parts
+SEED_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,40}(/[A-Za-z0-9._-]{1,20})?")
+JOB_ID = re.compile(r"s[0-9]{1,9}")
 
 
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-def check_search(body: object, max_chars: int) -> tuple[str, Optional[str], Optional[str]]:
-    """A submitted search as (query, before, seed_paper), or a one-line UsageError. ``seed_paper`` ("more like
-    this", an arXiv id of the store) may come without a query: the paper's title is then the question."""
+def check_search(body: object, max_chars: int) -> tuple[str, Optional[str], Optional[str], Optional[str]]:
+    """A submitted search as (query, before, seed_paper, replaces), or a one-line UsageError, before anything is
+    queued. ``seed_paper`` ("more like this", a paper id of the store: the service checks that it is there) may come
+    without a query: the paper's title is then the question. ``replaces``: the page's running search this one
+    supersedes."""
     if not isinstance(body, dict):
         raise UsageError('send a JSON object {"query": "...", "before": "YYYY-MM-DD" (optional)}')
     extra = sorted(set(body) - set(SEARCH_FIELDS))
     if extra:
-        raise UsageError(f"unknown field(s) {', '.join(extra)}: a search takes query, before and seed_paper; the "
-                         f"backends, models and budgets are the server's command-line overrides")
+        raise UsageError(f"unknown field(s) {', '.join(extra)}: a search takes query, before, seed_paper and "
+                         f"replaces; the backends, models and budgets are the server's command-line overrides")
     seed = body.get("seed_paper")
-    if seed is not None and (not isinstance(seed, str) or not re.fullmatch(r"[A-Za-z0-9./_-]{1,64}", seed)):
-        raise UsageError("seed_paper: a paper id of the store (letters, digits, '.', '/', '_', '-')")
+    if seed is not None and (not isinstance(seed, str) or not SEED_ID.fullmatch(seed) or ".." in seed):
+        raise UsageError("seed_paper: a paper id of this corpus, e.g. 2405.15318 (letters, digits, '.', '_', '-', "
+                         "one '/')")
     query = body.get("query")
     if seed is not None and (query is None or (isinstance(query, str) and not query.strip())):
         query = ""  # the seed paper's title, filled in by the service
@@ -55,7 +61,11 @@ def check_search(body: object, max_chars: int) -> tuple[str, Optional[str], Opti
     before = body.get("before")
     if before is not None and not isinstance(before, str):
         raise UsageError("before: a date string YYYY-MM-DD")
-    return query, parse_date(before, "before", full=True), seed
+    before = parse_date(before, "before", full=True)
+    replaces = body.get("replaces")
+    if replaces is not None and (not isinstance(replaces, str) or not JOB_ID.fullmatch(replaces)):
+        raise UsageError("replaces: the id of a search of this server (s1, s2, ...)")
+    return query, before, seed, replaces
 
 
 def create_app(cfg, service, token: Optional[str] = None) -> FastAPI:
@@ -105,8 +115,10 @@ def create_app(cfg, service, token: Optional[str] = None) -> FastAPI:
             body = json.loads(await request.body() or b"null")
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise UsageError('the request body is not JSON: send {"query": "..."}') from None
-        query, before, seed = check_search(body, int(scfg.max_query_chars))
-        job = queue.submit(query, before, seed_paper=seed)
+        query, before, seed, replaces = check_search(body, int(scfg.max_query_chars))
+        if seed is not None:  # in the store, checked now: not a failed search later
+            seed = await run_in_threadpool(service.check_seed, seed)
+        job = queue.submit(query, before, seed_paper=seed, replaces=replaces)
         return {"id": job.id, "position": queue.position(job), "state": job.state}
 
     def _job(job_id: str):
@@ -165,7 +177,8 @@ def create_app(cfg, service, token: Optional[str] = None) -> FastAPI:
 
     @app.get("/api/runs")
     async def list_runs():
-        return {"root": str(runs_root), "runs": await run_in_threadpool(runs.find_runs, runs_root)}
+        found = await run_in_threadpool(runs.find_runs, runs_root)
+        return {"root": str(runs_root), "runs": runs.collapse_repeats(found)}
 
     @app.get("/api/run")
     async def open_run(path: str, with_run: Optional[str] = Query(None, alias="with")):

@@ -1,5 +1,7 @@
 """Searches in a bounded queue with one worker: one model in memory, so one crawl runs at a time; the others wait
-with a visible position; a cancelled search leaves the queue (or stops at its next crawl step) and frees its slot.
+with a visible position; a cancelled search leaves the queue, or (running) says "cancelling" at once and stops at
+its next token, scoring batch or crawl step (llm/cancel.py), and frees its slot. A search may replace another
+(the page's new search): the old one is cancelled and says by what, the new one says it waits for it to stop.
 
 A job's events are an append-only list: a page's event stream reads from any index, so a reconnect loses nothing.
 """
@@ -13,6 +15,8 @@ import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
+
+from scholar_agents.validation import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +47,7 @@ class Job:
     submitted: float = field(default_factory=time.perf_counter)
     cancel_requested: threading.Event = field(default_factory=threading.Event)
     seed_paper: Optional[str] = None  # "more like this": the paper the crawl starts from
+    replaced_by: Optional[str] = None  # the search that cancelled this one by replacing it
 
 
 class SearchQueue:
@@ -67,17 +72,28 @@ class SearchQueue:
 
     # ---- the page's side ----
 
-    def submit(self, query: str, before: Optional[str], seed_paper: Optional[str] = None) -> Job:
+    def submit(self, query: str, before: Optional[str], seed_paper: Optional[str] = None,
+               replaces: Optional[str] = None) -> Job:
+        """Queue a search; ``replaces``: the id of a search it supersedes (cancelled first, so its slot counts)."""
         with self._cond:
+            old = self._jobs.get(replaces) if replaces else None
+            old = old if old is not None and old.state not in FINISHED else None
+            job_id = f"s{next(self._ids)}"
+            if old is not None:
+                old.replaced_by = job_id
+                self._cancel(old)
             # an idle worker takes the next job at once: it does not count against the bound
             if len(self._waiting) >= self.max_queue + (self._running is None):
                 raise QueueFull(f"the queue is full ({len(self._waiting)} searches waiting, serve.max_queue="
                                 f"{self.max_queue}): try again when one has finished")
-            job = Job(f"s{next(self._ids)}", query, before, seed_paper=seed_paper)
+            job = Job(job_id, query, before, seed_paper=seed_paper)
             self._jobs[job.id] = job
             self._waiting.append(job)
             self.max_waiting_seen = max(self.max_waiting_seen, len(self._waiting) - (self._running is None))
-            job.events.append(("queued", {"position": self._position(job)}))
+            queued = {"position": self._position(job)}
+            if old is not None and old.state == RUNNING:  # the page says why this one waits
+                queued["waits_for"] = old.id
+            job.events.append(("queued", queued))
             self._forget_old()
             self._cond.notify_all()
         return job
@@ -89,14 +105,23 @@ class SearchQueue:
     def cancel(self, job_id: str) -> Optional[Job]:
         with self._cond:
             job = self._jobs.get(job_id)
-            if job is None or job.state in FINISHED:
-                return job
-            job.cancel_requested.set()
-            if job.state == QUEUED:
-                self._waiting.remove(job)
-                self._finish(job, CANCELLED)
-            self._cond.notify_all()
+            if job is not None and job.state not in FINISHED:
+                self._cancel(job)
             return job
+
+    def _cancel(self, job: Job) -> None:
+        """Under the lock. A queued job ends now; a running one says "cancelling" at once (its worker sees the
+        event at its next token, batch or step)."""
+        first = not job.cancel_requested.is_set()
+        job.cancel_requested.set()
+        if job.state == QUEUED:
+            self._waiting.remove(job)
+            self._finish(job, CANCELLED)
+            for i, other in enumerate(self._waiting, 1):  # everyone behind moves up
+                other.events.append(("position", {"position": i}))
+        elif first:
+            job.events.append(("cancelling", {"replaced_by": job.replaced_by} if job.replaced_by else {}))
+        self._cond.notify_all()
 
     def position(self, job: Job) -> int:
         with self._cond:
@@ -141,7 +166,10 @@ class SearchQueue:
 
     def _finish(self, job: Job, state: str, error: Optional[str] = None) -> None:
         job.state, job.error = state, error
-        job.events.append((state, {"error": error} if error else {}))
+        data = {"error": error} if error else {}
+        if state == CANCELLED and job.replaced_by:
+            data["replaced_by"] = job.replaced_by
+        job.events.append((state, data))
 
     def _forget_old(self) -> None:
         finished = [j for j in self._jobs.values() if j.state in FINISHED]
@@ -168,6 +196,9 @@ class SearchQueue:
             except Cancelled as c:
                 state = CANCELLED
                 job.result = c.partial
+            except UsageError as e:  # the user's input, found wrong late: one line, no traceback
+                log.warning("search %s: %s", job.id, e)
+                state, error = FAILED, str(e).splitlines()[0][:500]
             except Exception as e:  # noqa: BLE001 — a failed crawl is shown in the page; the server lives on
                 log.exception("search %s failed", job.id)
                 state, error = FAILED, f"{type(e).__name__}: {e}".splitlines()[0][:500]

@@ -58,8 +58,9 @@ def find_runs(root: Path, max_depth: int = 4, limit: int = 300) -> list[dict]:
         depth = len(d.relative_to(base).parts)
         kind = run_kind(d)
         if kind:
+            query, before = _first_query(d) if kind == "pasa search" else (None, None)
             out.append({"path": str(d.relative_to(base)) or ".", "kind": kind, "mtime": d.stat().st_mtime,
-                        "query": _first_query(d) if kind == "pasa search" else None})
+                        "query": query, "before": before})
             dirnames[:] = []  # a run's own sub-folders (per_query/, trajectories/) are not runs
         elif depth >= max_depth:
             dirnames[:] = []
@@ -69,13 +70,35 @@ def find_runs(root: Path, max_depth: int = 4, limit: int = 300) -> list[dict]:
     return out[:limit]
 
 
-def _first_query(d: Path) -> Optional[str]:
-    """The question a `pasa search` run (or a page search) asked, for the Runs list; None if unreadable."""
+def _first_query(d: Path) -> tuple[Optional[str], Optional[str]]:
+    """The question a `pasa search` run (or a page search) asked and its before-date, for the Runs list; None where
+    unreadable."""
     try:
         results = json.loads((d / "results.json").read_text())
-        return str(results[0].get("query") or "")[:200] or None if results else None
+        first = results[0] if results else {}
+        return (str(first.get("query") or "")[:200] or None), (first.get("before") or None)
     except (OSError, ValueError, AttributeError, IndexError, KeyError):
-        return None
+        return None, None
+
+
+def collapse_repeats(found: list[dict]) -> list[dict]:
+    """The Runs list with repeated page searches as one entry: the newest run of each (question, before-date),
+    with ``repeats`` (how many runs asked it) and ``older`` (their paths, newest first). ``found`` is newest first
+    (as :func:`find_runs` returns it); other runs pass unchanged."""
+    out: list[dict] = []
+    first: dict[tuple, dict] = {}
+    for r in found:
+        if r.get("kind") != "pasa search" or not r.get("query") or not str(r["path"]).startswith("page_searches/"):
+            out.append(r)
+            continue
+        key = (" ".join(str(r["query"]).lower().split()), r.get("before"))
+        if key in first:
+            first[key]["repeats"] += 1
+            first[key]["older"].append(r["path"])
+            continue
+        first[key] = {**r, "repeats": 1, "older": []}
+        out.append(first[key])
+    return out
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -230,7 +253,7 @@ def open_run(root: Path, path: str, questions: dict[str, str]) -> dict:
         info[name].update(path=path, row=name)
     if run_kind(d) == "pasa search":
         for name in info:
-            info[name].update(query=_first_query(d), mtime=d.stat().st_mtime)
+            info[name].update(query=_first_query(d)[0], mtime=d.stat().st_mtime)
     tab = table(rows, questions, info)
     return {"path": path, "kind": run_kind(d), **tab, "info": info, "means": row_means(d, rows, tab["columns"]),
             "trees": {r: trajectory_file(d, r) is not None for r in rows}}

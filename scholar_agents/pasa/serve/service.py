@@ -4,6 +4,7 @@ index, one model each for Crawler and Selector, built once), with the agent's ev
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from dataclasses import asdict
@@ -17,13 +18,38 @@ from scholar_agents.pasa.queries import ScholarQuery, load_pasa_queries
 from scholar_agents.pasa.serve.jobs import Cancelled, Job
 from scholar_agents.papers.ids import norm_id
 from scholar_agents.pasa.serve.tree import build_tree
+from scholar_agents.pasa.serve.wording import session_line
+from scholar_agents.validation import UsageError
 
 log = logging.getLogger(__name__)
 
 
 def action_summary(rec) -> list[dict]:
     return [{"kind": a.kind, "argument": a.argument, "status": a.status, "added": len(a.added),
-             "fallback": a.fallback} for a in rec.actions if a.kind != "stop"]
+             "candidates": a.candidates, "duplicates": a.duplicates, "dropped_by_date": a.dropped_by_date,
+             "fallback": a.fallback, "found_by": getattr(a, "found_by", None)}
+            for a in rec.actions if a.kind != "stop"]
+
+
+SNIPPET_CHARS = 240
+
+
+def snippet(abstract: str) -> Optional[str]:
+    """The abstract's first sentence (cut at ``SNIPPET_CHARS``) for the one-line preview; None = no abstract."""
+    text = " ".join((abstract or "").split())
+    if not text:
+        return None
+    m = re.search(r"(?<=[.!?])\s+(?=[A-Z0-9])", text)
+    first = text[: m.start()] if m and m.start() >= 40 else text
+    return first if len(first) <= SNIPPET_CHARS else first[: SNIPPET_CHARS - 1].rstrip() + "…"
+
+
+def _cache_counts(llms) -> tuple[int, int]:
+    """(hits, misses) summed over the LLM response caches among ``llms`` (a backend without one counts 0)."""
+    from scholar_agents.llm.cache import CachedLLM
+
+    seen = {id(x): x for x in llms if isinstance(x, CachedLLM)}
+    return sum(x.hits for x in seen.values()), sum(x.misses for x in seen.values())
 
 
 def budget_left(cfg, state) -> dict:
@@ -80,6 +106,22 @@ def _selector_fact(cfg: DictConfig) -> dict:
     return {"name": _selector_name(cfg), "params": n, "size": human_count(n)}
 
 
+def headline(facts: dict) -> str:
+    """The page's one plain line on what it searches: "3,523 papers (sample), 2013–2026; [Expand] can read the
+    sections of 35 of them" (the figures behind it are one click away)."""
+    years = ""
+    if facts.get("first_date") and facts.get("last_date"):
+        a, b = str(facts["first_date"])[:4], str(facts["last_date"])[:4]
+        years = f", {a}" if a == b else f", {a}–{b}"
+    line = f"{facts['papers']:,} papers ({facts['name']}){years}"
+    if facts["expand"] != "store":
+        return f"{line}; [Expand] reads full texts through {facts['expand']}"
+    ws = int(facts.get("with_sections") or 0)
+    if not ws:
+        return f"{line}; none has sections, so [Expand] cannot read anything: the crawl is its searches"
+    return f"{line}; [Expand] can read the sections of {ws:,} of them"
+
+
 def corpus_facts(cfg: DictConfig) -> dict:
     """The facts of :meth:`SearchService.corpus` (a store that is not built yet is said to be so)."""
     from scholar_agents.papers.store import PaperStore
@@ -95,6 +137,7 @@ def corpus_facts(cfg: DictConfig) -> dict:
             first, last = store.date_range()
         facts.update(built=True, papers=st["papers"], with_sections=st["with_sections"], first_date=first,
                      last_date=last)
+        facts["headline"] = headline(facts)
         share = st["with_sections"] / max(st["papers"], 1)
         if facts["expand"] == "store" and share < FEW_SECTIONS:
             facts["expand_note"] = (
@@ -114,6 +157,7 @@ class SearchService:
         self._agent = None
         self.load_error: Optional[str] = None
         self.load_seconds: Optional[float] = None
+        self.warm_seconds: Optional[float] = None
         gold_path = cfg.serve.get("gold_queries")
         self.gold: dict[str, ScholarQuery] = {}
         if gold_path:
@@ -129,10 +173,41 @@ class SearchService:
 
             t0 = time.perf_counter()
             self._res = Resources(self.cfg)
-            self._agent = self._res.agent()
+            agent = self._res.agent()
             self.load_seconds = round(time.perf_counter() - t0, 1)
             log.info("agent ready in %.1f s", self.load_seconds)
+            t1 = time.perf_counter()
+            try:
+                self.warm_up(agent)
+                self.warm_seconds = round(time.perf_counter() - t1, 1)
+                log.info("Crawler and Selector warmed in %.1f s", self.warm_seconds)
+            except Exception as e:  # noqa: BLE001 — a cold first search, not a dead server
+                log.warning("warming the Crawler and Selector failed (the first search will be slower): %s", e)
+            self._agent = agent
         return self._agent
+
+    def warm_up(self, agent) -> None:
+        """One short Crawler generation on a real S_q prompt (its action grammar compiled, the decoder's kernels
+        chosen) and one Selector batch, so that the first search costs what later ones cost. Past the LLM response
+        cache: nothing is stored."""
+        from dataclasses import replace
+
+        from scholar_agents.pasa.crawler import Crawler
+        from scholar_agents.pasa.selector import SelectorPair
+
+        [state] = agent.env.reset([ScholarQuery("warm-up", "warm up the models")])
+        sessions = agent.env.next_sessions([state], 1)
+        backend = getattr(agent.crawler.llm, "llm", agent.crawler.llm)
+        if sessions:
+            Crawler(backend, replace(agent.crawler.cfg, max_new_tokens=4)).generate(sessions)
+        if agent.selector is not None:
+            papers = []
+            for p in self._res.store.iter_papers(with_sections=False, batch_size=8):
+                papers.append(p)
+                if len(papers) == 8:
+                    break
+            if papers:
+                agent.selector.score([SelectorPair.of("warm up the models", p) for p in papers])
 
     def preload(self) -> None:
         with self._lock:
@@ -151,7 +226,8 @@ class SearchService:
                 "selector_line": describe_selector(c.selector, str((c.get("selector_llm") or c.llm).model)),
                 "budgets": {k: env.get(k) for k in ("max_actions", "max_queue", "max_sessions", "max_gen_tokens")},
                 "max_depth": env.max_depth, "date_filter": bool(env.date_filter),
-                "loaded": self._agent is not None, "load_seconds": self.load_seconds, "load_error": self.load_error}
+                "loaded": self._agent is not None, "load_seconds": self.load_seconds,
+                "warm_seconds": self.warm_seconds, "load_error": self.load_error}
 
     def corpus(self) -> dict:
         """What the page searches (issue 39 item 1), from the facts `scholar papers build` reports: the store's name,
@@ -161,24 +237,68 @@ class SearchService:
             self._corpus = corpus_facts(self.cfg)
         return self._corpus
 
-    def partial_result(self, crawled: dict[int, list[str]], job: Job, seconds: float) -> dict:
-        """The papers a cancelled search had crawled (the union of its runs' queues, in crawl order), unscored."""
+    def check_seed(self, paper_id: str) -> str:
+        """A "more like this" seed checked before it is queued: the paper's id as the store has it, or one
+        UsageError line that names the corpus, never its file."""
+        from scholar_agents.papers.store import PaperStore
+
+        def find(store):
+            got = store.get(paper_id) or store.get(norm_id(paper_id))
+            return None if got is None else got.paper_id
+
+        if self._res is not None:
+            found = find(self._res.store)
+        elif Path(str(self.cfg.papers.store)).is_file():
+            with PaperStore(str(self.cfg.papers.store), readonly=True) as store:
+                found = find(store)
+        else:
+            raise UsageError("seed_paper: the paper store is not built yet (scholar papers build)")
+        if found is None:
+            name = self.cfg.papers.get("name") or "this corpus"
+            raise UsageError(f"seed_paper={paper_id!r} is not a paper of the corpus {name!r}: pick a paper of a "
+                             f"result list (its arXiv id)")
+        return found
+
+    def partial_result(self, crawled: dict[int, list[str]], job: Job, seconds: float,
+                       states: dict[int, list], agent) -> dict:
+        """What a cancelled search had crawled: the union of its runs' queues in crawl order, unscored, and each
+        run's tree as far as it got (its last finished step)."""
         order = list(dict.fromkeys(pid for r in sorted(crawled) for pid in crawled[r]))
+        if job.seed_paper:
+            order = [pid for pid in order if norm_id(pid) != norm_id(job.seed_paper)]
         info = self.paper_info(order)
-        gold = {norm_id(g) for g in self.gold_for(question=job.query)}
+        gold = self.gold_for(question=job.query)
+        gold_set = {norm_id(g) for g in gold}
         papers = [{"paper_id": pid, "title": info.get(pid, {}).get("title", pid), "date": info.get(pid, {}).get("date"),
-                   "score": None, "selected": False, "depth": None, "runs": [], "rationale": None,
-                   "gold": norm_id(pid) in gold}
+                   "snippet": info.get(pid, {}).get("snippet"), "score": None, "selected": False, "depth": None,
+                   "runs": [], "rationale": None, "gold": norm_id(pid) in gold_set}
                   for pid in order]
-        return {"papers": papers, "cancelled": True, "selected": 0, "seconds": round(seconds, 2), "trees": [],
-                "stopped_by": [], "note": f"cancelled: the {len(papers)} papers crawled before the cancel, in crawl "
-                                          f"order, not judged by the Selector"}
+        trees = []
+        for r in sorted(states):
+            for st in states[r]:
+                tree = build_tree(agent.env.finish(st).to_dict(), self.paper_info, gold)
+                tree["end"] = f"cancelled after {tree['sessions']} session{'s' if tree['sessions'] != 1 else ''}"
+                trees.append(tree)
+        if not trees:  # cancelled before the first session finished: the question alone
+            trees = [build_tree({"user_query": job.query, "qid": job.id, "before": job.before}, None, gold)
+                     | {"end": "cancelled before the first session finished"}]
+        return {"papers": papers, "cancelled": True, "selected": 0, "seconds": round(seconds, 2), "trees": trees,
+                "stopped_by": [], "query": job.query, "before": job.before, "seed": self._seed_info(job),
+                "replaced_by": job.replaced_by,
+                "note": f"cancelled: the {len(papers)} papers crawled before the cancel, in crawl order, not judged "
+                        f"by the Selector"}
 
     def paper_info(self, ids: list[str]) -> dict[str, dict]:
         if self._res is None:
             return {}
         got = self._res.store.get_many(ids, with_sections=False)
-        return {pid: {"title": p.title, "date": p.date} for pid, p in got.items()}
+        return {pid: {"title": p.title, "date": p.date, "snippet": snippet(p.abstract)} for pid, p in got.items()}
+
+    def _seed_info(self, job: Job) -> Optional[dict]:
+        if not job.seed_paper:
+            return None
+        info = self.paper_info([job.seed_paper]).get(job.seed_paper, {})
+        return {"paper_id": job.seed_paper, "title": info.get("title") or job.seed_paper}
 
     def gold_for(self, qid: Optional[str] = None, question: Optional[str] = None) -> list[str]:
         q = self.gold.get(str(qid)) if qid is not None else None
@@ -189,23 +309,38 @@ class SearchService:
     # ---- a search ----
 
     def run(self, job: Job, emit: Callable[[str, dict], None]) -> dict:
+        from scholar_agents.llm.cancel import GenerationCancelled, cancel_scope
+
         with self._lock:
             if self._agent is None:
                 emit("loading", {"what": "paper store, search index, Crawler and Selector"})
             agent = self.agent()
             t0 = time.perf_counter()
             env_cfg = agent.env.cfg
+            llms = [agent.crawler.llm, getattr(agent.selector, "llm", None)]
+            hits0, misses0 = _cache_counts(llms)
+            last = {"hits": hits0, "misses": misses0}
 
             crawled: dict[int, list[str]] = {}  # run -> its queue in crawl order, as far as it got
+            states: dict[int, list] = {}  # run -> its query states after the last finished step (a cancel's tree)
 
             def on_event(kind: str, data: dict) -> None:
                 if kind == "step":
                     crawled[data["run"]] = [e.paper_id for e in data["states"][0].traj.queue]
+                    states[data["run"]] = data["states"]
                     [state] = data["states"]
+                    hits, misses = _cache_counts(llms)
+                    cached = misses == last["misses"] and hits > last["hits"]  # every answer of the step was stored
+                    last.update(hits=hits, misses=misses)
+                    titles = self.paper_info([r.paper_id for r in data["records"] if r.paper_id])
                     for rec in data["records"]:
+                        actions = action_summary(rec)
+                        errors = [e.get("code") for e in rec.grammar_errors]
+                        title = titles.get(rec.paper_id, {}).get("title") if rec.paper_id else None
                         emit("session", {"session": rec.session_id, "start": rec.start_state,
-                                         "paper": rec.paper_id, "actions": action_summary(rec),
-                                         "grammar_errors": [e.get("code") for e in rec.grammar_errors]})
+                                         "paper": rec.paper_id, "actions": actions, "grammar_errors": errors,
+                                         "cached": cached,
+                                         "text": session_line(rec.start_state, rec.paper_id, actions, errors, title)})
                     emit("progress", {"run": data["run"], "queue": len(state.in_queue),
                                       "sessions": state.sessions_started, "actions": state.moves,
                                       "pending": len(state.pending), "budget_left": budget_left(env_cfg, state),
@@ -218,22 +353,34 @@ class SearchService:
             if job.seed_paper:  # "more like this": the paper's title searched, the paper expanded
                 from scholar_agents.pasa.queries import seeded_query
 
+                job.seed_paper = self.check_seed(job.seed_paper)  # the store's own id (one line if it went away)
                 query = seeded_query(self._res.store, job.seed_paper, job.query or None, job.before, qid=job.id)
                 job.query = query.question
             else:
                 query = ScholarQuery(job.id, job.query, before=job.before)
             try:
-                [result] = agent.run([query], progress=False, on_event=on_event)
-            except Cancelled as c:  # what was crawled stays on the page, in crawl order, marked cancelled
-                c.partial = self.partial_result(crawled, job, time.perf_counter() - t0)
-                raise
+                with cancel_scope(job.cancel_requested):  # generation and scoring stop at the next token / batch
+                    [result] = agent.run([query], progress=False, on_event=on_event)
+            except (Cancelled, GenerationCancelled):  # what was crawled stays on the page, tree included
+                c = Cancelled()
+                c.partial = self.partial_result(crawled, job, time.perf_counter() - t0, states, agent)
+                raise c from None
             gold = self.gold_for(question=job.query)
             gold_set = {norm_id(g) for g in gold}
-            papers = [{**asdict(p), "gold": norm_id(p.paper_id) in gold_set} for p in result.papers]
+            ranked = result.papers
+            if job.seed_paper:  # the seed is the question, not an answer to it
+                ranked = [p for p in ranked if norm_id(p.paper_id) != norm_id(job.seed_paper)]
+            info = self.paper_info([p.paper_id for p in ranked])
+            papers = [{**asdict(p), "gold": norm_id(p.paper_id) in gold_set,
+                       "snippet": info.get(p.paper_id, {}).get("snippet")} for p in ranked]
             trees = [build_tree(t.to_dict(), self.paper_info, gold) for t in result.trajectories]
-            return {"papers": papers, "note": result.crawl_note(), "selected": len(result.selected),
+            hits, misses = _cache_counts(llms)
+            return {"papers": papers, "note": result.crawl_note(), "selected": sum(p["selected"] for p in papers),
                     "stopped_by": [t.stopped_by for t in result.trajectories], "trees": trees,
                     "seconds": round(time.perf_counter() - t0, 2), "query": job.query, "before": job.before,
+                    "seed": self._seed_info(job),
+                    "cache": {"hits": hits - hits0, "misses": misses - misses0,
+                              "all_cached": misses == misses0 and hits > hits0},
                     "run": self.save_run(job, result)}
 
     def save_run(self, job: Job, result) -> Optional[str]:

@@ -54,7 +54,7 @@ def app_client(tmp_path_factory, tiny_model_dir, tiny_eval_run):
 
 
 def test_a_search_streams_its_crawl_and_ends_in_the_ranked_list(app_client):
-    client, _ = app_client
+    client, service = app_client
     r = client.post("/api/search", json={"query": "graph neural networks for molecules", "before": "2023-01-01"})
     assert r.status_code == 200, r.text
     job = r.json()["id"]
@@ -74,6 +74,18 @@ def test_a_search_streams_its_crawl_and_ends_in_the_ranked_list(app_client):
     assert all(p["date"] < "2023-01-01" for p in result["papers"] if p["date"])
     [tree] = result["trees"]
     assert tree["kind"] == "query" and tree["children"][0]["kind"] == "search"
+    # a one-line preview of each abstract (or None: the page says the corpus has no abstract)
+    from scholar_agents.papers.store import PaperStore
+
+    with PaperStore(service.cfg.papers.store, readonly=True) as store:
+        for p in result["papers"]:
+            abstract = " ".join(store.get(p["paper_id"]).abstract.split())
+            assert (p["snippet"] is None) == (not abstract)
+            assert not abstract or (abstract.startswith(p["snippet"].rstrip("…")) and len(p["snippet"]) <= 240)
+    # the crawl log in words
+    texts = [e["data"]["text"] for e in events if e["kind"] == "session"]
+    a = first["actions"][0]
+    assert texts[0].startswith("Searched ") and f"{a['candidates']} papers, {a['added']} new" in texts[0], texts
     added = {p["id"] for a in tree["children"] for p in a["children"]}
     assert added and added <= {p["paper_id"] for p in result["papers"]}
     # issue 39 item 4: the search is a run, the files `pasa search` writes, listed with its query
@@ -143,15 +155,101 @@ def test_a_cancel_stops_at_the_next_event_and_keeps_what_was_crawled(app_client,
             events += new
         kinds = [k for k, _ in events]
         assert job.state == CANCELLED and kinds[-2:] == ["result", "cancelled"], kinds
-        assert kinds.index(phase) == len(kinds) - 3  # nothing ran after the cancelled phase's event
+        # "cancelling" at once, then nothing ran after the cancelled phase's event
+        assert kinds[kinds.index(phase) + 1:] == ["cancelling", "result", "cancelled"], kinds
         partial = events[-2][1]
         assert partial["cancelled"] and partial["selected"] == 0 and all(p["score"] is None for p in partial["papers"])
         ids = [p["paper_id"] for p in partial["papers"]]
         assert ids and len(ids) == len(set(ids))
+        # the tree as far as the crawl got: the sessions streamed before the cancel, their papers under them
+        [tree] = partial["trees"]
+        assert tree["sessions"] == sum(k == "session" for k in kinds) and tree["end"].startswith("cancelled after")
+        assert {p["id"] for a in tree["children"] for p in a["children"]} <= set(ids)
         if phase == "select_progress":  # the whole crawl was done: its queue, in crawl order
             assert len(ids) == next(d["papers"] for k, d in events if k == "selecting")
     finally:
         queue.close()
+
+
+def test_a_cancel_during_generation_returns_within_2_s(app_client):
+    """Cancel while the Crawler writes the first session (its generation mid-answer, not between steps): the
+    generation stops at its next token and the search ends cancelled within 2 s of the click, the step it cut short
+    never executed, the question's tree kept. The cancel is pressed from the model's forward pass, so the phase is
+    exact."""
+    from scholar_agents.pasa.serve.jobs import CANCELLED, SearchQueue
+
+    _, service = app_client
+    agent = service.agent()
+    model = getattr(agent.crawler.llm, "llm", agent.crawler.llm).model
+    queue = SearchQueue(service.run, max_queue=1)
+    seen = {"job": None, "forwards": 0, "clicked": None, "after": 0}
+
+    def hook(*_):
+        job = seen["job"]
+        if job is None or job.state != "running":
+            return
+        if seen["clicked"] is not None:
+            seen["after"] += 1
+            return
+        seen["forwards"] += 1
+        if seen["forwards"] == 3:  # prefill and two tokens in
+            seen["clicked"] = time.perf_counter()
+            queue.cancel(job.id)
+
+    handle = model.register_forward_hook(hook)
+    try:
+        seen["job"] = job = queue.submit("graph neural networks for molecules", "2023-01-01")
+        events, finished = [], False
+        while not finished:
+            new, finished = queue.wait_events(job, len(events), timeout=60)
+            events += new
+        latency = time.perf_counter() - seen["clicked"]
+    finally:
+        handle.remove()
+        queue.close()
+    kinds = [k for k, _ in events]
+    assert job.state == CANCELLED and kinds[-3:] == ["cancelling", "result", "cancelled"], kinds
+    assert latency < 2.0 and seen["after"] == 0, (latency, seen)
+    assert "session" not in kinds  # the step was cut short, not waited out
+    [tree] = events[-2][1]["trees"]
+    assert tree["label"] == "graph neural networks for molecules" and tree["end"].startswith("cancelled before")
+
+
+def test_a_new_search_replaces_the_running_one_and_each_says_so(app_client):
+    """A search sent with ``replaces`` (the page's new search while one runs) cancels the old one, which says it
+    was replaced and by which, while the new one says it waits for the old one to stop, then runs."""
+    client, service = app_client
+    service.agent()
+    with service._lock:  # the old search holds the worker
+        old = client.post("/api/search", json={"query": "question old"}).json()["id"]
+        deadline = time.time() + 10
+        while client.get(f"/api/search/{old}").json()["state"] != "running":
+            assert time.time() < deadline
+            time.sleep(0.05)
+        new = client.post("/api/search", json={"query": "question new", "replaces": old}).json()
+        assert new["position"] == 1
+    old_events, new_events = read_events(client, old), read_events(client, new["id"])
+    assert {"kind": "cancelling", "data": {"replaced_by": new["id"]}} in [
+        {k: e[k] for k in ("kind", "data")} for e in old_events]
+    assert old_events[-1]["kind"] == "cancelled" and old_events[-1]["data"]["replaced_by"] == new["id"]
+    assert new_events[0]["kind"] == "queued" and new_events[0]["data"] == {"position": 1, "waits_for": old}
+    assert new_events[-1]["kind"] == "done"
+    # replacing a finished search replaces nothing
+    again = client.post("/api/search", json={"query": "question newer", "replaces": old}).json()
+    again_events = read_events(client, again["id"])
+    assert "waits_for" not in again_events[0]["data"] and again_events[-1]["kind"] == "done"
+
+
+def test_the_models_are_warmed_when_they_load(app_client):
+    """Warm start: loading the agent also runs one short Crawler generation on a real S_q prompt (its action
+    grammar compiled then, not in the first search) and one Selector batch."""
+    client, service = app_client
+    agent = service.agent()
+    setting = client.get("/api/setting").json()
+    assert setting["loaded"] and setting["warm_seconds"] is not None and setting["warm_seconds"] >= 0
+    backend = getattr(agent.crawler.llm, "llm", agent.crawler.llm)
+    if agent.crawler.cfg.constrained:
+        assert backend._grammars  # the S_q grammar, compiled by the warm-up
 
 
 def test_more_like_this_starts_a_crawl_from_a_paper(app_client):
@@ -170,15 +268,13 @@ def test_more_like_this_starts_a_crawl_from_a_paper(app_client):
     kinds = [e["kind"] for e in events]
     assert kinds[-1] == "done", kinds
     result = next(e["data"] for e in events if e["kind"] == "result")
-    assert result["query"] == " ".join(title.split()) and pid in {p["paper_id"] for p in result["papers"]}
+    assert result["query"] == " ".join(title.split())
+    # the result names its seed and leaves it out of its own list (it is the question, not an answer)
+    assert result["seed"] == {"paper_id": pid, "title": title}
+    assert result["papers"] and pid not in {p["paper_id"] for p in result["papers"]}
     expands = [e["data"] for e in events if e["kind"] == "session" and e["data"]["paper"] == pid]
     assert expands and expands[0]["start"] == "S_q+p"
     assert result["run"]  # saved as a run like any page search
-    missing = client.post("/api/search", json={"seed_paper": "0000.00000"})
-    events = read_events(client, missing.json()["id"])
-    assert events[-1]["kind"] == "failed" and "not in the paper store" in events[-1]["data"]["error"]
-    bad = client.post("/api/search", json={"seed_paper": "../etc/passwd; rm"})
-    assert bad.status_code == 400 and "seed_paper" in bad.json()["error"]
 
 
 def test_two_page_searches_side_by_side(app_client):
@@ -268,16 +364,29 @@ def test_the_queue_bound_positions_and_a_cancel_frees_its_slot(app_client):
     ({"query": "   "}, "query: type a question"),
     ({"query": "gnn", "before": "2023-02-30"}, "before='2023-02-30' is not a calendar date"),
     ({"query": "gnn", "before": 2023}, "before: a date string YYYY-MM-DD"),
-    ({"query": "gnn", "llm.model": "/etc"}, "unknown field(s) llm.model: a search takes query, before and seed_paper"),
+    ({"query": "gnn", "llm.model": "/etc"}, "unknown field(s) llm.model: a search takes query, before, seed_paper"),
+    ({"seed_paper": "../../etc/passwd"}, "seed_paper: a paper id of this corpus"),
+    ({"seed_paper": "/etc/passwd"}, "seed_paper: a paper id of this corpus"),
+    ({"seed_paper": 2405.15318}, "seed_paper: a paper id of this corpus"),
+    ({"seed_paper": "0000.00000"}, "seed_paper='0000.00000' is not a paper of the corpus"),
+    ({"query": "gnn", "replaces": "../s1"}, "replaces: the id of a search"),
     (["gnn"], "send a JSON object"),
     (b"{not json", "the request body is not JSON"),
 ])
-def test_bad_input_is_a_one_line_json_error(app_client, body, message):
-    client, _ = app_client
-    r = (client.post("/api/search", content=body) if isinstance(body, bytes)
-         else client.post("/api/search", json=body))
-    assert r.status_code == 400 and message in r.json()["error"] and "\n" not in r.json()["error"]
-    assert client.get("/api/status").json()["worker_alive"]
+def test_bad_input_is_a_one_line_json_error(app_client, body, message, caplog):
+    """Every field is checked before anything is queued (a seed paper: its id's shape, then the store has it): one
+    line, no internal path, nothing logged at ERROR."""
+    client, service = app_client
+    before = client.get("/api/status").json()
+    with caplog.at_level(logging.INFO):
+        r = (client.post("/api/search", content=body) if isinstance(body, bytes)
+             else client.post("/api/search", json=body))
+    error = r.json()["error"]
+    assert r.status_code == 400 and message in error and "\n" not in error, error
+    assert str(service.cfg.papers.store) not in error and str(Path(service.cfg.papers.store).parent) not in error
+    assert not [rec for rec in caplog.records if rec.levelno >= logging.ERROR]
+    after = client.get("/api/status").json()
+    assert after["worker_alive"] and after["waiting"] == before["waiting"] == 0 and after["running"] is None
 
 
 def test_a_failing_agent_shows_its_error_and_the_server_lives(tmp_path, tmp_path_factory, tiny_model_dir):
