@@ -43,6 +43,7 @@ PAPER = {
                              "sections citing gold papers; AutoScholarQuery train (PaSa App. A.1)",
     "pasa_crawler_ppo": "Crawler SFT policy + value (Qwen2.5-7B), Selector RM; AutoScholarQuery train; 16 H100; "
                         "α 1.5, lr 1e-6, 2 epochs/step, fwd batch 1 x acc 16, 250 steps (50 frozen) (PaSa Table 9)",
+    "pasa_crawler_grpo": "— (ours: the paper trains with a value model; its crawls have no budget besides depth)",
     "pasa_eval": "PaSa-7b Crawler + Selector; AutoScholarQuery test (Table 2), RealScholarQuery (Table 3); "
                  "Google search (PaSa §5.2)",
     "pasa_eval_ours": "as pasa_eval, our checkpoints",
@@ -123,9 +124,15 @@ def summary(cfg: DictConfig) -> dict[str, object]:
                 "rollout engine": f"{value(cfg, 'llm.backend')} (gpu_memory_utilization "
                                   f"{value(cfg, 'llm.gpu_memory_utilization')})",
                 "ZeRO stage": zero_stage(value(cfg, "ppo.deepspeed")),
-                "batch": f"{value(cfg, 'ppo.queries_per_step')} queries/GPU/step -> sessions "
-                         f"{value(cfg, 'ppo.queries_per_step')} search + {value(cfg, 'ppo.expand_sessions')} expand; "
-                         f"forward {value(cfg, 'ppo.forward_batch_size')} x accumulation {value(cfg, 'ppo.grad_accum')}",
+                "batch": (f"{value(cfg, 'ppo.queries_per_step')} queries/GPU/step -> "
+                          + (f"{value(cfg, 'ppo.estimator')}: {value(cfg, 'ppo.group_size')} whole crawls each, "
+                             f"<= {value(cfg, 'crawler.env.max_sessions')} sessions (max_sessions) / "
+                             f"{value(cfg, 'crawler.env.max_queue')} queued (max_queue)"
+                             if value(cfg, 'ppo.estimator') in ("grpo", "rloo") else
+                             f"sessions {value(cfg, 'ppo.queries_per_step')} search + "
+                             f"{value(cfg, 'ppo.expand_sessions')} expand")
+                          + f"; forward {value(cfg, 'ppo.forward_batch_size')} x accumulation "
+                            f"{value(cfg, 'ppo.grad_accum')}"),
                 "lr": value(cfg, "ppo.lr"), "alpha": value(cfg, "ppo.alpha"),
                 "steps": f"{value(cfg, 'ppo.total_steps')} ({value(cfg, 'ppo.policy_freeze_steps')} policy frozen), "
                          f"{value(cfg, 'ppo.ppo_epochs')} epochs/step"}

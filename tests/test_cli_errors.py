@@ -57,6 +57,11 @@ CASES = [
     # flash attention asked for by name where it cannot load (issue 28 item 3; `auto` is the presets' choice)
     (["train", "crawler_ppo", "ppo.attn_implementation=flash_attention_2"],
      "ppo.attn_implementation=flash_attention_2 but flash_attn does not import"),
+    # whole crawls without a budget under a critic-free estimator: no step bound (refused before any model loads)
+    (["train", "crawler_ppo", "ppo.estimator=grpo", "crawler.env.max_sessions=null", "crawler.env.max_queue=null"],
+     "ppo.estimator=grpo trains on whole crawls, and crawler.env.max_sessions and max_queue are null (depth 3)"),
+    (["plan", "crawler_ppo", "cluster=h100_80gb", "ppo.estimator=rloo", "crawler=pasa_paper"],
+     "ppo.estimator=rloo trains on whole crawls, and crawler.env.max_sessions and max_queue are null"),
     (["eval", "pasa", "phrasings=[original,shouting]"], "phrasings must be distinct request forms of original"),
     # pasa serve (issue 27): a non-loopback bind without its token, runs under a missing root
     (["pasa", "serve", "serve.host=0.0.0.0"], "serve.host=0.0.0.0 is not a loopback address: set a token in"),

@@ -25,7 +25,8 @@ from omegaconf import DictConfig
 from scholar_agents.runtime.cluster import ClusterConfig, to_cluster_config
 from scholar_agents.plan.memory_plan import DTYPE_BYTES, Plan, PlanInputs, build_plan, suggest_fixes
 from scholar_agents.plan.model_sizes import shown_config_path
-from scholar_agents.plan.preemption_window import WindowEstimate, format_window, ppo_window, sft_window
+from scholar_agents.plan.preemption_window import (WindowEstimate, format_window, ppo_window, sft_window,
+                                                   sized_save_every)
 from scholar_agents.plan.sft_plan import SFTInputs, build_sft_plan, suggest_sft_fixes
 from scholar_agents.validation import UsageError, optional_positive_int
 
@@ -122,15 +123,20 @@ def inputs_from_config(cfg: DictConfig, cluster: ClusterConfig | None = None) ->
     rounds = [int(_get(ppo, "queries_per_step", 4))] + [int(n) for n in _get(ppo, "expand_sessions", [6, 6])]
     batch_sessions = int(_get(cfg.crawler.get("policy") if "crawler" in cfg else None, "batch_sessions", 32))
     max_num_seqs = int(_get(llm, "max_num_seqs", 256))
-    from scholar_agents.train.ppo.config import CRITIC_FREE  # upward: the estimator names PPOConfig validates
+    # upward: the estimator names and crawl budgets PPOConfig validates
+    from scholar_agents.train.ppo.config import CRITIC_FREE, sessions_per_crawl
 
     estimator = str(_get(ppo, "estimator", "paper_mc"))
     per_call = batch_sessions
     if estimator in CRITIC_FREE:
         # whole crawls (rollout.collect_crawls): each call takes up to batch_sessions, and a round the group's
-        # members share (round 0: their S_q sessions) is one call with group_size samples of each prompt
-        per_call = batch_sessions * int(_get(ppo, "group_size", 4))
-        rounds = [per_call]
+        # members share (round 0: their S_q sessions) is one call with group_size samples of each prompt; never
+        # more than all the step's crawls can run (queries x group x sessions per crawl)
+        group = int(_get(ppo, "group_size", 4))
+        per_call = batch_sessions * group
+        env = cfg.crawler.get("env") if "crawler" in cfg else None
+        bound = sessions_per_crawl(_get(env, "max_sessions", None), _get(env, "max_queue", None))
+        rounds = [per_call if bound is None else min(per_call, rounds[0] * group * bound)]
     sequences = min(max(rounds), per_call, max_num_seqs)
     response = _get(ppo, "max_new_tokens", None) or _get(cfg.crawler.get("policy") if "crawler" in cfg else None,
                                                           "max_new_tokens", 512)
@@ -270,16 +276,37 @@ def install_lines() -> str:
                       *[f"  {line}" for line in lock_lines()]])
 
 
-def ppo_window_from_config(cfg: DictConfig, x: PlanInputs) -> WindowEstimate:
-    """One PPO step + one checkpoint on ``x.cluster`` (:mod:`scholar_agents.plan.preemption_window`)."""
+def step_sessions(cfg: DictConfig) -> tuple[int, str]:
+    """(sessions per GPU in one step, how they are counted) for ``ppo.estimator``: App. A.2's fixed counts
+    (``queries_per_step`` S_q + ``expand_sessions``), or under grpo / rloo ``queries_per_step x group_size`` whole
+    crawls of at most the budgets' sessions each (an unbounded crawl: one-line UsageError)."""
+    from scholar_agents.train.ppo.config import critic_free_crawl_budget  # upward: PPO's crawl-budget rule
+
     ppo = cfg.ppo
-    sessions = int(_get(ppo, "queries_per_step", 4)) + sum(int(n) for n in _get(ppo, "expand_sessions", [6, 6]))
-    value = x.value.backbone_params + x.value.hidden if x.value is not None else 0  # backbone + scalar head
+    queries = int(_get(ppo, "queries_per_step", 4))
+    estimator = str(_get(ppo, "estimator", "paper_mc"))
+    bound = critic_free_crawl_budget(estimator, cfg.crawler.env)
+    if bound is None:
+        expand = [int(n) for n in _get(ppo, "expand_sessions", [6, 6])]
+        return queries + sum(expand), ""
+    group = int(_get(ppo, "group_size", 4))
+    return queries * group * bound, (f"{queries} quer{'y' if queries == 1 else 'ies'} x {group} crawls "
+                                     f"(ppo.group_size) x {bound} sessions (crawler.env budget)")
+
+
+def ppo_window_from_config(cfg: DictConfig, x: PlanInputs) -> WindowEstimate:
+    """One PPO step + one checkpoint on ``x.cluster`` (:mod:`scholar_agents.plan.preemption_window`): the value
+    model is trained, scored and saved only under an estimator with a critic."""
+    ppo = cfg.ppo
+    sessions, counted = step_sessions(cfg)
+    critic = x.critic and x.value is not None
+    value = x.value.backbone_params + x.value.hidden if critic else 0  # backbone + scalar head
     policy_trained = x.lora_trainable if x.lora_trainable is not None else x.policy.params
-    return ppo_window(x.cluster, sessions=sessions, seq_len=x.seq_len, seq_len_source=x.seq_len_source,
-                      ppo_epochs=int(_get(ppo, "ppo_epochs", 2)), trained_models=2 if x.value is not None else 1,
+    return ppo_window(x.cluster, sessions=sessions, sessions_counted=counted, seq_len=x.seq_len,
+                      seq_len_source=x.seq_len_source, ppo_epochs=int(_get(ppo, "ppo_epochs", 2)),
+                      trained_models=2 if critic else 1,
                       # log pi_old and log pi_sft (the reference, or the LoRA policy with its adapter off), V_old
-                      scoring_forwards=3 if x.value is not None else 2,
+                      scoring_forwards=3 if critic else 2,
                       saved_params=policy_trained + value, trainable_params=policy_trained + value,
                       zero_stage=x.zero_stage, model_dtype_bytes=x.model_dtype_bytes)
 
@@ -297,7 +324,7 @@ LEAD_HINT = ("the sbatch templates' `#SBATCH --signal=B:USR1@<s>` (override: SBA
              "the submitit launchers' hydra.launcher.signal_delay_s")
 
 
-def _print_and_judge(cfg: DictConfig, build, window) -> dict:
+def _print_and_judge(cfg: DictConfig, build, window, save_every=None) -> dict:
     cluster = to_cluster_config(cfg.cluster)
     if not cluster.has_gpus:
         print(f"cluster={cluster.name} has no GPUs: nothing to plan. Plan for GPUs with e.g. cluster=h100_80gb "
@@ -309,6 +336,10 @@ def _print_and_judge(cfg: DictConfig, build, window) -> dict:
     est = window(p.inputs)
     print()
     print(format_window(est, cluster, LEAD_HINT))
+    sized = None
+    if save_every is not None:  # the templates' lead = cluster.shutdown_grace_s (docs/cluster.md)
+        sized, why = sized_save_every(est, float(cluster.shutdown_grace_s), save_every)
+        print(f"Periodic checkpoints with a {cluster.shutdown_grace_s}-s lead (cluster.shutdown_grace_s): {why}.")
     print()
     ok, message = verdict(p)
     if not ok:
@@ -317,13 +348,15 @@ def _print_and_judge(cfg: DictConfig, build, window) -> dict:
     return {"fits": True, "cluster": cluster.name, "peak_gib": p.peak_gib,
             "phases": {ph: p.phase_total(ph) for ph in p.phases},
             "preemption_window_s": {"step": est.step_s, "checkpoint": est.checkpoint_s, "total": est.total_s,
-                                    "shutdown_grace_s": cluster.shutdown_grace_s}}
+                                    "shutdown_grace_s": cluster.shutdown_grace_s},
+            **({"save_every": sized} if sized is not None else {})}
 
 
 def plan(cfg: DictConfig) -> dict:
     """``scholar plan [crawler_ppo]``: print the PPO plan; exit 1 with the fix when it does not fit."""
+    step_sessions(cfg)  # an unbounded critic-free crawl: one line before any model is read
     return _print_and_judge(cfg, lambda cluster: build_plan(inputs_from_config(cfg, cluster)),
-                            lambda x: ppo_window_from_config(cfg, x))
+                            lambda x: ppo_window_from_config(cfg, x), int(_get(cfg.ppo, "save_every", 1)))
 
 
 def plan_sft(cfg: DictConfig) -> dict:
@@ -357,6 +390,30 @@ def startup_window_check(cfg: DictConfig, kind: str) -> list[str]:
             what = (f"one step + one checkpoint on cluster={cluster.name} (~{est.step_s:.0f} s + "
                     f"~{est.checkpoint_s:.0f} s by `scholar plan`)")
     return preemption.check_preemption_window(needed, what)
+
+
+def startup_save_every(cfg: DictConfig) -> int:
+    """``ppo.save_every`` sized at the start of ``train crawler_ppo`` under a launcher that exported the Slurm signal
+    lead (:func:`sized_save_every`: 1 where the lead, or torchrun's shorter shutdown window, does not cover
+    ``scholar plan``'s step + checkpoint), logged in one line on global rank 0; as configured otherwise."""
+    from scholar_agents.runtime import preemption
+
+    configured = int(_get(cfg.ppo, "save_every", 1))
+    lead = preemption.signal_lead_s()
+    cluster = to_cluster_config(cfg.cluster)
+    if lead is None or not cluster.has_gpus:
+        return configured
+    shutdown = preemption.torchrun_shutdown_s()
+    lead = min(lead, shutdown) if shutdown is not None else lead
+    try:
+        est = ppo_window_from_config(cfg, inputs_from_config(cfg, cluster))
+    except (FileNotFoundError, ValueError) as e:  # no model config to size from: as configured
+        log.info("ppo.save_every: no estimate (%s)", e)
+        return configured
+    sized, why = sized_save_every(est, lead, configured)
+    if preemption.global_rank() == 0:
+        (log.warning if sized != configured else log.info)("%s", why)
+    return sized
 
 
 def _cluster_for_startup(cfg: DictConfig) -> ClusterConfig | None:

@@ -14,6 +14,9 @@ memory plan assumes), parameter counts from the meta-built models, and three rat
   when separate) over them, plus the no-grad scoring forwards (log pi_old, log pi_sft, V_old), a forward counting a
   third of a forward + backward (2N of 6N FLOPs per token). Not counted: the Selector reward (a server on its own
   node), the environment's searches, collectives outside the passes.
+  Under ``ppo.estimator=grpo|rloo``: ``ppo.queries_per_step x ppo.group_size`` whole crawls of at most the crawl
+  budgets' sessions each (``crawler.env.max_sessions`` / ``max_queue``), and no value model (one trained model, two
+  scoring forwards, nothing of it saved).
 - **SFT step**: ``per_device_train_batch_size x gradient_accumulation_steps x max_length`` tokens per GPU through
   forward + backward.
 - **Checkpoint**: the 16-bit weights of every saved model, gathered and written by global rank 0 at one node's
@@ -100,15 +103,18 @@ def checkpoint_parts(cluster: ClusterConfig, saved_params: int, trainable_params
 
 def ppo_window(cluster: ClusterConfig, *, sessions: int, seq_len: int, ppo_epochs: int, trained_models: int,
                scoring_forwards: int, saved_params: int, trainable_params: int, zero_stage: int,
-               model_dtype_bytes: int, seq_len_source: str = "llm.max_model_len") -> WindowEstimate:
-    """PPO: rollout + training of one step on one GPU, then the checkpoint (module docstring)."""
+               model_dtype_bytes: int, seq_len_source: str = "llm.max_model_len",
+               sessions_counted: str = "") -> WindowEstimate:
+    """PPO: rollout + training of one step on one GPU, then the checkpoint (module docstring). ``sessions_counted``
+    says how ``sessions`` was counted where it is not App. A.2's fixed count (grpo / rloo: whole crawls)."""
     rollout = sessions * seq_len
     grad = ppo_epochs * trained_models * rollout
     fwd = scoring_forwards * rollout
     train = grad + FORWARD_SHARE * fwd
+    counted = f"{sessions_counted} = " if sessions_counted else ""
     step = (
-        Part("rollout: prompt + generated tokens per GPU", f"{sessions} sessions x {seq_len:,} ({seq_len_source}) = "
-             f"{_tokens(rollout)}", rollout / cluster.generation_tokens_per_s_per_gpu,
+        Part("rollout: prompt + generated tokens per GPU", f"{counted}{sessions} sessions x {seq_len:,} "
+             f"({seq_len_source}) = {_tokens(rollout)}", rollout / cluster.generation_tokens_per_s_per_gpu,
              f"cluster.generation_tokens_per_s_per_gpu {cluster.generation_tokens_per_s_per_gpu:,.0f}"),
         Part("training: forward + backward tokens per GPU", f"{ppo_epochs} epochs x {trained_models} model"
              f"{'s' if trained_models > 1 else ''} x {rollout:,} + {scoring_forwards} scoring forwards x {rollout:,}"
@@ -151,3 +157,19 @@ def format_window(est: WindowEstimate, cluster: ClusterConfig, lead_hint: str) -
                      f"a warned job may lose the step in flight or its checkpoint. Raise it, and the Slurm signal "
                      f"lead ({lead_hint}), to at least {est.total_s:.0f} s.")
     return "\n".join(lines)
+
+
+def sized_save_every(est: WindowEstimate, lead_s: float | None, save_every: int) -> tuple[int, str]:
+    """(the ``ppo.save_every`` to run with, why). A warned job checkpoints the step in flight only if the signal
+    lead covers one step + one checkpoint; where it does not, the newest checkpoint is all a warning leaves, so
+    every step is checkpointed and a preemption loses at most the step in flight. Unknown lead: as configured."""
+    cost = (f"a checkpoint costs ~{est.checkpoint_s:.0f} s, {100 * est.checkpoint_s / max(est.step_s, 1e-9):.0f} % "
+            f"of the ~{est.step_s:.0f}-s step")
+    if lead_s is None:
+        return save_every, f"ppo.save_every={save_every}: no signal lead known"
+    if lead_s >= est.total_s:
+        return save_every, (f"ppo.save_every={save_every}: the {lead_s:.0f}-s signal lead covers one step + one "
+                            f"checkpoint (~{est.total_s:.0f} s), so a warned job checkpoints the step in flight ({cost})")
+    return 1, (f"ppo.save_every={save_every} -> 1: the {lead_s:.0f}-s signal lead is shorter than one step + one "
+               f"checkpoint (~{est.total_s:.0f} s), so a warned job cannot checkpoint the step in flight and "
+               f"every step is checkpointed ({cost})")

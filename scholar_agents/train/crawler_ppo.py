@@ -21,19 +21,24 @@ log = logging.getLogger(__name__)
 def crawler_ppo(cfg: DictConfig) -> dict:
     import os
 
-    from scholar_agents.plan.commands import startup_check, startup_window_check
+    from scholar_agents.plan.commands import startup_check, startup_save_every, startup_window_check
+    from scholar_agents.train.ppo.config import critic_free_crawl_budget
     from scholar_agents.train.ppo.rollout import check_colocated_tensor_parallel
     from scholar_agents.train.ppo.inputs import build_ppo_inputs
     from scholar_agents.train.ppo.trainer import PPOTrainer
 
-    # refused before anything is loaded: TP > 1 colocated engines (one line), then `scholar plan`: a plan that does
-    # not fit the GPUs stops here, naming the fix (skipped on CPU; cluster.memory_check=false starts anyway)
+    # refused before anything is loaded: grpo / rloo crawls without a budget, TP > 1 colocated engines (one line
+    # each), then `scholar plan`: a plan that does not fit the GPUs stops here, naming the fix (skipped on CPU;
+    # cluster.memory_check=false starts anyway)
+    critic_free_crawl_budget(str(cfg.ppo.estimator), cfg.crawler.env)
     check_colocated_tensor_parallel(str(cfg.llm.backend), int(cfg.llm.get("tensor_parallel_size") or 1),
                                     int(os.environ.get("WORLD_SIZE", "1")))
     startup_check(cfg)
     # under Slurm: one warning line if the signal lead is shorter than `scholar plan`'s step + checkpoint estimate,
-    # or torchrun's shutdown window shorter than the lead (docs/cluster.md "Preemption, time limits and requeue")
+    # or torchrun's shutdown window shorter than the lead (docs/cluster.md "Preemption, time limits and requeue");
+    # then every step is checkpointed, so that a preemption loses at most the step in flight
     startup_window_check(cfg, "ppo")
+    cfg.ppo.save_every = startup_save_every(cfg)
     trainer = PPOTrainer(build_ppo_inputs(cfg), run_dir(cfg))  # the config, typed once, and what it names, built
     try:
         summary = trainer.train()

@@ -11,6 +11,8 @@ from scholar_agents.hydra_app import compose
 from scholar_agents.plan.commands import (inputs_from_config, plan, plan_sft, ppo_window_from_config,
                                           sft_inputs_from_config, sft_window_from_config, startup_window_check)
 from scholar_agents.plan.model_sizes import model_shape
+from scholar_agents.plan.preemption_window import sized_save_every
+from scholar_agents.validation import UsageError
 
 QWEN_PARAMS = 7_615_616_512  # Qwen2.5-7B-Instruct, meta-built (tests/plan/test_plan.py)
 QWEN_BACKBONE = QWEN_PARAMS - 152064 * 3584  # the value model: no LM head, a scalar head on 3,584 features
@@ -100,3 +102,65 @@ def test_startup_check_warns_in_one_line_naming_both_figures(tmp_path, no_window
     no_window_env.setenv("SCHOLAR_SHUTDOWN_GRACE_S", "30")
     (line,) = startup_window_check(sft, "sft")
     assert "SIGKILLs its workers 30 s after" in line
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo"])
+def test_critic_free_step_is_whole_crawls_times_the_group_without_a_value_model(tmp_path, estimator):
+    """experiment=pasa_crawler_grpo (rloo: the same crawls): per GPU 1 query x 4 crawls x 16 sessions (crawler.env.
+    max_sessions) of 8,192 tokens; 2 epochs of the policy alone + 2 scoring forwards (log pi_old, log pi_sft) at a
+    third; the checkpoint holds the policy only (value_head=separate builds no value model here)."""
+    cfg = _ppo_cfg(tmp_path, "experiment=pasa_crawler_grpo", f"ppo.estimator={estimator}")
+    assert cfg.ppo.value_head == "separate"
+    x = inputs_from_config(cfg)
+    est = ppo_window_from_config(cfg, x)
+    tokens = 1 * 4 * 16 * 8192
+    rollout, train = tokens / 8000, (2 * 1 * tokens + 2 * tokens / 3) / 3000
+    weights, shards = 2 * QWEN_PARAMS / 2e9, 14 * QWEN_PARAMS / (2 * 2e9)
+    assert [p.seconds for p in est.step] == pytest.approx([rollout, train])
+    assert [p.seconds for p in est.checkpoint] == pytest.approx([weights, shards])
+    assert est.step_s == pytest.approx(531.6, abs=0.1) and est.checkpoint_s == pytest.approx(34.3, abs=0.1)
+    assert est.total_s < cfg.cluster.shutdown_grace_s  # the template's 600-s lead covers the preset's step
+    assert est.step[0].amount.startswith("1 query x 4 crawls (ppo.group_size) x 16 sessions (crawler.env budget) "
+                                         "= 64 sessions x 8,192")
+    assert x.engine_sequences <= 64  # the engine never holds more than the step's crawls can run
+    # max_queue bounds a crawl too: S_q plus one session per queued paper while fewer than max_queue are queued
+    queue = _ppo_cfg(tmp_path, "experiment=pasa_crawler_grpo", "crawler.env.max_sessions=null",
+                     "crawler.env.max_queue=8")
+    assert ppo_window_from_config(queue, inputs_from_config(queue)).step[0].seconds == pytest.approx(rollout / 2)
+    # the same crawl budget under paper_mc: App. A.2's 16 sessions, and the value model trained, scored and saved
+    mc = _ppo_cfg(tmp_path, "experiment=pasa_crawler_grpo", "ppo.estimator=paper_mc", "ppo.queries_per_step=4")
+    assert ppo_window_from_config(mc, inputs_from_config(mc)).summary() == \
+        ppo_window_from_config(_ppo_cfg(tmp_path), inputs_from_config(_ppo_cfg(tmp_path))).summary()
+
+
+def test_critic_free_crawls_without_a_budget_are_refused_by_the_plan(tmp_path):
+    cfg = _ppo_cfg(tmp_path, "ppo.estimator=grpo")  # experiment=pasa_crawler_ppo: depth 3, no budgets
+    with pytest.raises(UsageError, match=r"max_sessions and max_queue are null \(depth 3\): a step has no bound"):
+        ppo_window_from_config(cfg, inputs_from_config(cfg))
+    with pytest.raises(UsageError, match="experiment=pasa_crawler_grpo"):
+        plan(cfg)
+
+
+def test_save_every_is_one_where_the_lead_does_not_cover_a_step_and_a_checkpoint(tmp_path, no_window_env, caplog):
+    """The step in flight is checkpointed on a warning only if the lead covers step + checkpoint; otherwise every
+    step is (ppo.save_every -> 1): a preemption then loses at most one step, not save_every of them."""
+    cfg = _ppo_cfg(tmp_path)  # paper_mc, save_every 10: ~301 s
+    est = ppo_window_from_config(cfg, inputs_from_config(cfg))
+    assert sized_save_every(est, 600, 10)[0] == 10 and sized_save_every(est, None, 10)[0] == 10
+    sized, why = sized_save_every(est, 300, 10)
+    assert sized == 1 and "the 300-s signal lead is shorter than one step + one checkpoint (~301 s)" in why
+    assert "a checkpoint costs ~66 s, 28 % of the ~235-s step" in why
+    from scholar_agents.plan.commands import startup_save_every
+
+    assert startup_save_every(cfg) == 10  # no lead exported: as configured
+    no_window_env.setenv("SCHOLAR_SIGNAL_LEAD_S", "600")
+    assert startup_save_every(cfg) == 10
+    no_window_env.setenv("SCHOLAR_SIGNAL_LEAD_S", "300")
+    with caplog.at_level("WARNING"):
+        assert startup_save_every(cfg) == 1
+    assert "ppo.save_every=10 -> 1" in caplog.text
+    # torchrun's window is what the workers really get when it is shorter than the lead
+    no_window_env.setenv("SCHOLAR_SIGNAL_LEAD_S", "600")
+    no_window_env.setenv("TORCHELASTIC_RUN_ID", "job")
+    no_window_env.setenv("SCHOLAR_SHUTDOWN_GRACE_S", "120")
+    assert startup_save_every(cfg) == 1
