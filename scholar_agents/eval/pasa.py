@@ -40,13 +40,15 @@ from tqdm.auto import tqdm
 
 from scholar_agents.eval.bootstrap import BootstrapConfig
 from scholar_agents.eval.pasa_report import write_report
-from scholar_agents.eval.pasa_rows import (
-    CandidateCounter, RowSpec, agent_rows, gold_in_store, row_specs, search_rows, settings_of, teacher_rows,
+from scholar_agents.eval.pasa_rows import (  # noqa: I001
+    CandidateCounter, RowSpec, agent_rows, gold_in_store, oracle_rows, rerank_rows, row_specs, search_rows,
+    settings_of, teacher_rows,
 )
-from scholar_agents.eval.pasa_stats import comparisons, crawler_pairs, ranking_pairs, summarize
+from scholar_agents.eval.pasa_stats import comparisons, crawler_pairs, ranking_pairs, rerank_pairs, summarize
 from scholar_agents.pasa.queries import ScholarQuery
 from scholar_agents.pasa.trajectory import write_trajectories
-from scholar_agents.validation import jsonl_records
+from scholar_agents.typed_config import typed
+from scholar_agents.validation import UsageError, jsonl_records
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +94,7 @@ def row_identity(spec: RowSpec, cfg: DictConfig, search_kind: Optional[str] = No
     ident["search.kind"] = kind = search_kind or spec.search or cfg.search.kind
     if kind in ("dense", "hybrid"):  # the papers the dense index holds
         ident["search.dense_before"] = str(cfg.search.get("dense_before"))
-    if spec.method in ("verified_teacher", "agent"):
+    if spec.method in ("verified_teacher", "gold_blind_oracle", "agent"):
         ident["crawler.env"] = OmegaConf.to_container(cfg.crawler.env, resolve=True)
     if spec.method == "agent":
         ident["crawler.policy"] = OmegaConf.to_container(cfg.crawler.policy, resolve=True)
@@ -100,6 +102,8 @@ def row_identity(spec: RowSpec, cfg: DictConfig, search_kind: Optional[str] = No
         ident["selector"] = OmegaConf.to_container(cfg.selector, resolve=True) if cfg.get("selector") else None
     if spec.method in ("agent", "paraphrase"):
         ident["llm.model"] = spec.crawler_model or cfg.llm.get("model")
+    if spec.method == "search_rerank":
+        ident["selector"] = OmegaConf.to_container(cfg.selector, resolve=True) if cfg.get("selector") else None
     if spec.method == "agent" and cfg.get("selector_llm"):
         ident["selector_llm.model"] = cfg.selector_llm.get("model")
     return json.loads(json.dumps(ident, default=str))
@@ -230,6 +234,48 @@ def pasa(cfg: DictConfig) -> dict:
         if spec.method == "verified_teacher":
             return teacher_rows(res.search(spec.search), chunk, befores, in_store, candidates,
                                 int(cfg.crawler.env.search_k)), None
+        if spec.method == "gold_blind_oracle":
+            from scholar_agents.eval.pasa_oracle import gold_blind_oracle
+            from scholar_agents.pasa.crawl_env import CrawlConfig
+
+            env_cfg = typed(CrawlConfig, cfg.crawler.env, "crawler.env")
+            budget = spec.max_searches or env_cfg.max_actions or 5
+            t0 = time.perf_counter()
+            crawls = gold_blind_oracle(res.search(spec.search), res.store, chunk, befores, env_cfg, budget,
+                                       follow=spec.follow or 10)
+            wall = (time.perf_counter() - t0) / max(len(chunk), 1)
+            return oracle_rows(crawls, chunk, in_store, candidates, wall), None
+        if spec.method == "search_rerank":
+            from scholar_agents.pasa.baselines import search_rankings
+            from scholar_agents.pasa.selector import SelectorPair
+
+            if spec.budget_of:  # the same number of papers as that row's crawl, query by query
+                budget = {r["qid"]: int(r.get("n_queue") or 0)
+                          for r in _read_done(out / "per_query" / f"{spec.budget_of}.jsonl").values()}
+                missing = [q.qid for q in chunk if q.qid not in budget]
+                if missing:
+                    raise UsageError(f"row {spec.name}: budget_of={spec.budget_of} has no result for "
+                                     f"{len(missing)} queries (e.g. {missing[0]}): list that row before this one")
+                ks = [max(budget[q.qid], 1) for q in chunk]
+            else:
+                ks = [spec.rerank_k or 20] * len(chunk)
+            search = res.search(spec.search)
+            t0 = time.perf_counter()
+            full = search_rankings(search, [q.question for q in chunk], befores, k=max(ks))
+            rankings = [r[:k] for r, k in zip(full, ks)]
+            papers = res.store.get_many(sorted({p for r in rankings for p in r}), with_sections=False)
+            kind = kinds[spec.search or cfg.search.kind]
+            pairs = [SelectorPair.of(q.question, papers[p], qid=q.qid, found_by=kind)
+                     for q, r in zip(chunk, rankings) for p in r if p in papers]
+            flat = list(res.selector().score(pairs)) if pairs else []
+            scores, i = [], 0
+            for r in rankings:
+                n = sum(p in papers for p in r)
+                scores.append([float(x) for x in flat[i:i + n]])
+                i += n
+            rankings = [[p for p in r if p in papers] for r in rankings]
+            wall = (time.perf_counter() - t0) / max(len(chunk), 1)
+            return rerank_rows(rankings, scores, chunk, in_store, wall, candidates), None
         if spec.method in ("search", "paraphrase"):
             search = res.search(spec.search)
             t0 = time.perf_counter()
@@ -263,6 +309,8 @@ def pasa(cfg: DictConfig) -> dict:
     comps = comparisons(rows, boot, k=min(cfg.ks))
     cpairs = crawler_pairs(rows, boot)
     rpairs = ranking_pairs(rows, boot)
+    methods = {s.name: s.method for s in specs}
+    rrpairs = rerank_pairs(rows, methods, boot)
     labels = {s.name: s.label or s.name for s in specs}
     meta = {
         "queries": f"{cfg.queries.path} ({len(queries)} queries with gold papers; offset {cfg.queries.offset}, "
@@ -274,10 +322,11 @@ def pasa(cfg: DictConfig) -> dict:
         "rows": [OmegaConf.to_container(r, resolve=True) if isinstance(r, DictConfig) else r for r in cfg.rows],
         "wall time (s)": round(time.time() - t_start, 1),
     }
-    md = write_report(out, summary, labels, meta, common, comps, boot, cpairs, rpairs)
+    md = write_report(out, summary, labels, meta, common, comps, boot, cpairs, rpairs, rrpairs, methods)
     (out / "summary.json").write_text(json.dumps(
         {"summary": summary, "common_queries": common and {"n": common[0], "summary": common[1]},
-         "comparisons": comps, "crawler_pairs": cpairs, "ranking_pairs": rpairs, "meta": meta}, indent=2, default=str))
+         "comparisons": comps, "crawler_pairs": cpairs, "ranking_pairs": rpairs,
+         "rerank_pairs": rrpairs, "meta": meta}, indent=2, default=str))
     metrics_bars({labels[n]: s for n, s in summary.items()}, out / "metrics.png")
     pts = {labels[n]: [(r["actions"], r["crawler_recall"]) for r in rs if r.get("actions") is not None]
            for n, rs in rows.items()}

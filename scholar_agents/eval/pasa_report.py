@@ -149,7 +149,7 @@ def markdown_table(summary: dict[str, dict], labels: dict[str, str]) -> str:
 def write_report(out: Path, summary: dict[str, dict], labels: dict[str, str], meta: dict,
                  common: Optional[tuple[int, dict[str, dict]]] = None, comps: Sequence[dict] = (),
                  boot: BootstrapConfig = BootstrapConfig(), cpairs: Sequence[dict] = (),
-                 rpairs: Sequence[dict] = ()) -> str:
+                 rpairs: Sequence[dict] = (), rrpairs: Sequence[dict] = (), methods: Optional[dict] = None) -> str:
     level = f"{boot.level:.0%}"
     text = ["# PaSa evaluation", "",
             f"Mean over queries, with the {level} percentile-bootstrap interval of the mean in brackets "
@@ -178,6 +178,23 @@ def write_report(out: Path, summary: dict[str, dict], labels: dict[str, str], me
                  "The same crawl and the same Selector scores, ordered three ways (`agent.ranking`: selector | crawl "
                  "| fusion, `pasa/ranking.py`); recall@10 and nDCG@10 of the top 10, paired over the row's queries. "
                  "The row's own order is in its recall@k columns above.", "", ranking_table(rpairs, labels)]
+    if rrpairs:
+        text += ["## The agent's ranked top 10 against \"search, then Selector re-rank\"", "",
+                 "The agent's list in its Selector's order against the search of the user's words re-ranked by the "
+                 "same Selector (rows `method: search_rerank`; `budget_of: <agent row>` searches as many papers as "
+                 "that row's crawl held, query by query). Difference of the means (agent minus re-rank) with the "
+                 f"{level} bootstrap interval of the paired difference.", "", rerank_table(rrpairs, labels)]
+    kinds = set((methods or {}).values())
+    if "gold_blind_oracle" in kinds or "verified_teacher" in kinds:
+        text += ["## Ceilings", "",
+                 "- **Verified teacher** (hindsight): chooses among searches that include phrases of the gold "
+                 "papers' titles. No policy that cannot read the gold can reach it; it bounds imitation of its data, "
+                 "not what a Crawler can learn.",
+                 "- **Gold-blind oracle** (reachable): greedy choice against the gold, but only among searches a "
+                 "policy could write from what it sees — the request's own candidates (topic, request, key "
+                 "phrases), then the related searches of the papers those found (`eval/pasa_oracle.py`), at the "
+                 "row's number of searches. Its gap over search-only is the headroom of choosing what to follow.",
+                 ""]
     text += ["## Setting", ""]
     for k, v in meta.items():
         text.append(f"- **{k}**: {v if not isinstance(v, (dict, list)) else json.dumps(v)}")
@@ -191,3 +208,13 @@ def write_report(out: Path, summary: dict[str, dict], labels: dict[str, str], me
     md = "\n".join(text)
     (out / "report.md").write_text(md)
     return md
+
+
+def rerank_table(rrpairs: Sequence[dict], labels: dict[str, str]) -> str:
+    lines = ["| Agent row | minus: search + Selector re-rank | Queries | agent papers | re-ranked papers | recall@10 | "
+             "nDCG@10 |", "|---|---|---:|---:|---:|---|---|"]
+    for p in rrpairs:
+        lines.append(f"| {labels.get(p['row'], p['row'])} | {labels.get(p['minus'], p['minus'])} | {p['queries']} | "
+                     f"{p['queue_mean']:.1f} | {p['rerank_papers_mean']:.1f} | {_fmt_diff(p['recall_at_10'])} | "
+                     f"{_fmt_diff(p['ndcg_at_10'])} |")
+    return "\n".join(lines) + "\n"

@@ -25,7 +25,7 @@ from scholar_agents.eval.pasa_metrics import (
 from scholar_agents.papers.ids import norm_id
 from scholar_agents.pasa.queries import ScholarQuery
 
-METHODS = ("search", "paraphrase", "verified_teacher", "agent")
+METHODS = ("search", "paraphrase", "verified_teacher", "gold_blind_oracle", "agent", "search_rerank")
 # PaSa §5.1 (search before the query date) | ours (search over the whole corpus, expansion still date-filtered)
 SETTINGS = ("date_filtered", "whole_corpus")
 WHOLE_CORPUS_SUFFIX = "@whole_corpus"
@@ -60,6 +60,16 @@ class RowSpec:
     # agent: override crawler.env.search_user_query (the user's query also searched as written, beside the
     # Crawler's searches: the agent never below the search it wraps at its k)
     search_user_query: Optional[bool] = None
+    # agent: override crawler.env.related_expand (papers without sections get expand sessions of related searches)
+    related_expand: Optional[bool] = None
+    # gold_blind_oracle: searches it may keep (null = crawler.env.max_actions); papers of each kept search whose
+    # related searches become candidates
+    max_searches: Optional[int] = None
+    follow: Optional[int] = None
+    # search_rerank: re-rank this many of the search's hits (the user's words) with the Selector; null = the
+    # paper budget of the row named by ``budget_of`` per query, else 20
+    rerank_k: Optional[int] = None
+    budget_of: Optional[str] = None
     # the queries rewritten into this request form (data_gen/request_forms.py; set by ``phrasings``, not by hand)
     phrasing: Optional[str] = None
 
@@ -252,3 +262,41 @@ def teacher_rows(search, queries: Sequence[ScholarQuery], befores: Sequence[Opti
         out.append({**m.to_dict(), "candidates_searched": n_cand, "searched": v.queries,
                     "raw_query_recall_at_k": v.raw_recall_at_k})
     return out
+
+
+def oracle_rows(crawls, queries: Sequence[ScholarQuery], in_store: dict[str, int], candidates: Sequence[int],
+                wall: float) -> list[dict]:
+    """The gold-blind oracle's crawls (``eval/pasa_oracle.py``) as a row: crawler recall of every paper its kept
+    searches retrieved, the searches kept in each round."""
+    out = []
+    for q, c, n_cand in zip(queries, crawls, candidates):
+        m = QueryMetrics(q.qid, len(set(q.gold_ids)), in_store[q.qid], crawler_recall=recall(q.gold_ids, c.found),
+                         n_queue=len(c.found), actions=len(c.searched), wall_s=wall,
+                         **ranking_metrics(q.gold_ids, c.found))
+        out.append({**m.to_dict(), "candidates_searched": n_cand, "searched": c.searched, "rounds": c.rounds,
+                    "followed_searches": sum(r > 1 for r in c.rounds), "oracle_candidates": c.candidates})
+    return out
+
+
+def rerank_rows(rankings: Sequence[Sequence[str]], scores: Sequence[Sequence[float]], queries: Sequence[ScholarQuery],
+                in_store: dict[str, int], wall: float, candidates: Sequence[int]) -> list[dict]:
+    """"Search, then re-rank with the Selector" (the trivial pipeline an agent's ranked list must beat): each
+    query's search hits (``rankings``, the search's order) and the Selector's scores of them. The row's recall@k
+    is of the Selector's order; ``crawl_*`` / ``selector_*`` / ``fusion_*`` at 10 are the three orders of
+    ``pasa/ranking.py``, as for an agent row (the search's order standing for the crawl's)."""
+    from scholar_agents.eval.pasa_metrics import top_metrics
+    from scholar_agents.pasa.ranking import RANKINGS, order
+
+    out = []
+    for q, hits, sc, n_cand in zip(queries, rankings, scores, candidates):
+        ranked = [hits[i] for i in order(list(sc), "selector")] if hits else []
+        m = QueryMetrics(q.qid, len(set(q.gold_ids)), in_store[q.qid], crawler_recall=recall(q.gold_ids, hits),
+                         n_queue=len(hits), actions=1, wall_s=wall, **ranking_metrics(q.gold_ids, ranked))
+        d = {**m.to_dict(), "candidates_searched": n_cand}
+        if gold_count(q.gold_ids):
+            for how in RANKINGS:
+                ordered = [hits[i] for i in order(list(sc), how)] if hits else []
+                d.update({f"{how}_{k}": v for k, v in top_metrics(q.gold_ids, ordered).items()})
+        out.append(d)
+    return out
+

@@ -128,3 +128,33 @@ def ranking_pairs(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = B
                                        boot).to_dict()
             out.append(entry)
     return out
+
+
+def rerank_pairs(rows_by_name: dict[str, list[dict]], methods: dict[str, str],
+                 boot: BootstrapConfig = BootstrapConfig()) -> list[dict]:
+    """Each agent row's ranked top 10 (its Selector's order) against each "search, then Selector re-rank" row of
+    the same setting and phrasing, recall@10 and nDCG@10 paired over the queries both ran. ``methods``: row name
+    -> its method."""
+    from scholar_agents.eval.pasa_metrics import RANK_K
+
+    out = []
+    for a_name, a_rows in rows_by_name.items():
+        if methods.get(a_name) != "agent":
+            continue
+        for b_name, b_rows in rows_by_name.items():
+            if methods.get(b_name) != "search_rerank" or group_of(a_name) != group_of(b_name):
+                continue
+            pairs = [(a, b) for a, b in _paired(a_rows, b_rows)
+                     if a.get(f"selector_recall_at_{RANK_K}") is not None
+                     and b.get(f"selector_recall_at_{RANK_K}") is not None]
+            if not pairs:
+                continue
+            entry = {"row": a_name, "minus": b_name, "queries": len(pairs),
+                     "queue_mean": sum(a.get("n_queue") or 0 for a, _ in pairs) / len(pairs),
+                     "rerank_papers_mean": sum(b.get("n_queue") or 0 for _, b in pairs) / len(pairs)}
+            for m in (f"recall_at_{RANK_K}", f"ndcg_at_{RANK_K}"):
+                entry[m] = paired_diff([a[f"selector_{m}"] for a, _ in pairs],
+                                       [b[f"selector_{m}"] for _, b in pairs], boot).to_dict()
+            out.append(entry)
+    return out
+

@@ -4,6 +4,8 @@ per model, on the GPUs planned for them), the Selector, the crawl environment an
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import logging
 import os
@@ -257,6 +259,9 @@ class Resources:
                 env_cfg.fallback_search = spec.fallback_search
             if getattr(spec, "search_user_query", None) is not None:
                 env_cfg.search_user_query = spec.search_user_query
+            if getattr(spec, "related_expand", None) is not None:
+                env_cfg.related_expand = spec.related_expand
+            env_cfg = dataclasses.replace(env_cfg)  # re-checks the overridden rules (related budgets)
         if not self._llms:  # the first agent decides where the engines go
             self.plan_devices(getattr(spec, "crawler_model", None), agent_cfg.use_selector)
         row_adapter = getattr(spec, "adapter", None)
