@@ -56,7 +56,6 @@ export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
 # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME (hydra_app.task_environment). Export those two before sbatch to reach the
 # processes this shell starts itself too (the Selector's vLLM server); an exported value always wins.
 export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
-export OMP_NUM_THREADS="${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}"
 
 # One directory per job (array tasks: per task), the same after every requeue.
 _job_key="${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}"
@@ -90,6 +89,10 @@ else
     NPROC_PER_NODE=1
 fi
 export NPROC_PER_NODE
+# Each rank's share of the node's CPUs: the node's one srun task (cpus-per-task CPUs) holds NPROC_PER_NODE ranks,
+# and every rank sizing its thread pool to the whole task oversubscribes the node NPROC_PER_NODE times.
+_omp=$(( ${SLURM_CPUS_PER_TASK:-1} / NPROC_PER_NODE ))
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( _omp > 0 ? _omp : 1 ))}"
 
 # How long before the time limit Slurm warns the batch shell (the templates' `#SBATCH --signal=B:USR1@<s>`). Slurm
 # puts it in no environment variable and `scontrol show job` does not print it (22.05), so it is read from what
@@ -149,23 +152,65 @@ scholar_summary() {  # scholar_summary <group> <command> <overrides...>
 # hence --signals-to-handle; SIGTERM on a preemption) and SIGKILLs them --shutdown-timeout seconds later (torch's
 # default: 30 s). That is cluster.shutdown_grace_s of the composed config (one `config_value`, ~5 s), or
 # SCHOLAR_SHUTDOWN_GRACE_S when exported; the workers warn at start-up when it is shorter than the signal lead.
+# Only the flags the installed torchrun has are passed (an unknown one ends it at start, "unrecognized arguments"):
+# torch 2.10 (the CUDA 12 lock) has no --shutdown-timeout, so there the window is torch's fixed 30 s, said in the log
+# and exported as SCHOLAR_SHUTDOWN_GRACE_S=30 with SCHOLAR_SHUTDOWN_GRACE_FIXED=1 for the workers' check.
 scholar_torchrun() {
-    local grace="${SCHOLAR_SHUTDOWN_GRACE_S:-}"
+    local grace="${SCHOLAR_SHUTDOWN_GRACE_S:-}" window_flags=()
     if [[ -z "$grace" ]]; then
         if ! grace="$(config_value cluster.shutdown_grace_s "$@")"; then
             grace="${SCHOLAR_SIGNAL_LEAD_S:-300}"
             echo "[job_env] cluster.shutdown_grace_s unreadable: torchrun's shutdown window = $grace s" >&2
         fi
     fi
+    scholar_torchrun_probe
+    if [[ " $SCHOLAR_TORCHRUN_LACKS " == *" --shutdown-timeout "* ]]; then
+        echo "[job_env] this torchrun ($SCHOLAR_TORCHRUN_VERSION) has no --shutdown-timeout (added after torch" \
+             "2.10): it SIGKILLs its workers $_SCHOLAR_TORCHRUN_FIXED_WINDOW_S s after passing on a warning," \
+             "whatever cluster.shutdown_grace_s=$grace says; a step + checkpoint must fit in" \
+             "$_SCHOLAR_TORCHRUN_FIXED_WINDOW_S s" >&2
+        grace="$_SCHOLAR_TORCHRUN_FIXED_WINDOW_S"
+        export SCHOLAR_SHUTDOWN_GRACE_FIXED=1
+    else
+        window_flags+=(--shutdown-timeout="$grace")
+    fi
+    if [[ " $SCHOLAR_TORCHRUN_LACKS " == *" --signals-to-handle "* ]]; then
+        echo "[job_env] this torchrun ($SCHOLAR_TORCHRUN_VERSION) has no --signals-to-handle: Slurm's warning" \
+             "(SIGUSR1) ends it and its workers without a checkpoint; the job resumes from its last routine one" >&2
+    else
+        window_flags+=(--signals-to-handle="$SCHOLAR_TORCHRUN_SIGNALS")
+    fi
     export SCHOLAR_SHUTDOWN_GRACE_S="$grace"
+    local source="cluster.shutdown_grace_s"
+    [[ -n "${SCHOLAR_SHUTDOWN_GRACE_FIXED:-}" ]] && source="torchrun's fixed default"
     echo "[job_env] preemption window: Slurm's signal lead ${SCHOLAR_SIGNAL_LEAD_S:-none} s, torchrun's shutdown" \
-         "window $grace s (cluster.shutdown_grace_s)" >&2
+         "window $grace s ($source)" >&2
     scholar_step srun --nodes="$SCHOLAR_TRAIN_NODES" --ntasks="$SCHOLAR_TRAIN_NODES" --ntasks-per-node=1 \
         --relative=0 ${_cpus[@]+"${_cpus[@]}"} --kill-on-bad-exit=1 \
         torchrun --nnodes="$SCHOLAR_TRAIN_NODES" --nproc-per-node="$NPROC_PER_NODE" \
         --rdzv-id="${SLURM_JOB_ID:-0}" --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" \
-        --max-restarts=0 --shutdown-timeout="$grace" --signals-to-handle="$SCHOLAR_TORCHRUN_SIGNALS" \
+        --max-restarts=0 ${window_flags[@]+"${window_flags[@]}"} \
         -m scholar_agents "$@" hydra.run.dir="$SCHOLAR_RUN_DIR"
+}
+# torch/distributed/launcher/api.py: the window of a torchrun that cannot be told another
+_SCHOLAR_TORCHRUN_FIXED_WINDOW_S=30
+
+# Which of the optional flags scholar_torchrun passes the installed torchrun lacks (from its --help, read once per
+# job: ~2 s, the same venv on every node): SCHOLAR_TORCHRUN_LACKS (space-separated), SCHOLAR_TORCHRUN_VERSION.
+scholar_torchrun_probe() {
+    [[ -n "${SCHOLAR_TORCHRUN_VERSION:-}" ]] && return 0
+    local help flag
+    SCHOLAR_TORCHRUN_LACKS=""
+    if ! help="$(torchrun --help 2>/dev/null)" || [[ -z "$help" ]]; then
+        SCHOLAR_TORCHRUN_VERSION="not probed: no torchrun on PATH"
+        echo "[job_env] torchrun --help failed here: passing every launch flag unprobed" >&2
+        return 0
+    fi
+    for flag in --shutdown-timeout --signals-to-handle; do
+        grep -q -- "$flag" <<< "$help" || SCHOLAR_TORCHRUN_LACKS+="${SCHOLAR_TORCHRUN_LACKS:+ }$flag"
+    done
+    SCHOLAR_TORCHRUN_VERSION="torch $(python -c 'import torch; print(torch.__version__)' 2>/dev/null || echo '?')"
+    echo "[job_env] torchrun probed: $SCHOLAR_TORCHRUN_VERSION, lacks: ${SCHOLAR_TORCHRUN_LACKS:-nothing we pass}" >&2
 }
 # torchrun's default (SIGTERM,SIGINT,SIGHUP,SIGQUIT) plus the warnings: without SIGUSR1 torchrun dies of it.
 SCHOLAR_TORCHRUN_SIGNALS="SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"

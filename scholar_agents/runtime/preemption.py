@@ -194,6 +194,9 @@ SHUTDOWN_GRACE_VAR = "SCHOLAR_SHUTDOWN_GRACE_S"
 # (torch/distributed/launcher/api.py LaunchConfig.shutdown_timeout): then the workers get SIGKILL.
 TORCHRUN_SHUTDOWN_VARS = (SHUTDOWN_GRACE_VAR, "PET_SHUTDOWN_TIMEOUT", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
 TORCHRUN_DEFAULT_SHUTDOWN_S = 30
+# Set by `scholar_torchrun` when the installed torchrun has no --shutdown-timeout (torch 2.10, the CUDA 12 lock): the
+# window is then torch's fixed 30 s, and cluster.shutdown_grace_s cannot lengthen it.
+SHUTDOWN_FIXED_VAR = "SCHOLAR_SHUTDOWN_GRACE_FIXED"
 
 
 def _seconds(var: str) -> Optional[float]:
@@ -225,10 +228,10 @@ def torchrun_shutdown_s() -> Optional[float]:
 
 def preemption_window_warnings(lead_s: Optional[float], needed_s: Optional[float] = None,
                                needed_what: str = "one step + one checkpoint",
-                               shutdown_s: Optional[float] = None) -> list[str]:
+                               shutdown_s: Optional[float] = None, shutdown_fixed: bool = False) -> list[str]:
     """One line per problem with the preemption window: a Slurm signal lead (``lead_s``) shorter than what the job
     needs to finish its step and checkpoint (``needed_s``), and a torchrun shutdown window (``shutdown_s``) shorter
-    than the lead. Nothing to say without a lead."""
+    than the lead (``shutdown_fixed``: a torchrun that cannot be given another). Nothing to say without a lead."""
     out = []
     if lead_s is None:
         return out
@@ -236,7 +239,12 @@ def preemption_window_warnings(lead_s: Optional[float], needed_s: Optional[float
         out.append(f"preemption window: Slurm warns this job {lead_s:.0f} s before its time limit, but {needed_what} "
                    f"needs ~{needed_s:.0f} s: the step in flight or its checkpoint may be lost. Raise the lead "
                    f"(SBATCH_SIGNAL=B:USR1@<s> sbatch ..., hydra.launcher.signal_delay_s) and cluster.shutdown_grace_s")
-    if shutdown_s is not None and shutdown_s < lead_s:
+    if shutdown_s is not None and shutdown_s < lead_s and shutdown_fixed:
+        out.append(f"preemption window: this torchrun has no --shutdown-timeout (torch 2.10 and older) and SIGKILLs "
+                   f"its workers {shutdown_s:.0f} s after passing on the warning, less than Slurm's {lead_s:.0f} s "
+                   f"signal lead: only a step + checkpoint within {shutdown_s:.0f} s survives; a torchrun with "
+                   f"--shutdown-timeout (after torch 2.10) takes cluster.shutdown_grace_s")
+    elif shutdown_s is not None and shutdown_s < lead_s:
         out.append(f"preemption window: torchrun SIGKILLs its workers {shutdown_s:.0f} s after passing on the warning "
                    f"(--shutdown-timeout = cluster.shutdown_grace_s), less than Slurm's {lead_s:.0f} s signal lead: "
                    f"set cluster.shutdown_grace_s={lead_s:.0f} or more")
@@ -248,7 +256,8 @@ def check_preemption_window(needed_s: Optional[float] = None,
     """At the start of a training job: log (global rank 0) each :func:`preemption_window_warnings` line for this
     process's lead and torchrun window, or one line saying the window is covered. Returns the warnings."""
     lead, shutdown = signal_lead_s(), torchrun_shutdown_s()
-    warnings = preemption_window_warnings(lead, needed_s, needed_what, shutdown)
+    fixed = shutdown is not None and os.environ.get(SHUTDOWN_FIXED_VAR) == "1"
+    warnings = preemption_window_warnings(lead, needed_s, needed_what, shutdown, shutdown_fixed=fixed)
     if global_rank() == 0 and lead is not None:
         for line in warnings:
             log.warning(line)
@@ -292,8 +301,11 @@ class PreemptionHandler:
     @classmethod
     def install(cls, signals: Iterable[str] = DEFAULT_SIGNALS, requeue: bool = True) -> "PreemptionHandler":
         """Install the handler for ``signals`` (names like ``"SIGTERM"``) in this process. Must be called from the
-        main thread (a Python rule for signal handlers)."""
+        main thread (a Python rule for signal handlers). A command installs it at its entry, before any model is
+        built (a warning during set-up would otherwise kill the process); its loop then takes :func:`active`."""
+        global _ACTIVE
         handler = cls(signals=tuple(signals), requeue=requeue)
+        _ACTIVE = handler
         for name in handler.signals:
             signum = getattr(signal, name, None)
             if signum is None:
@@ -311,9 +323,12 @@ class PreemptionHandler:
 
     def uninstall(self) -> None:
         """Put back the handlers that were there before (tests, or a loop that ends before the process does)."""
+        global _ACTIVE
         for name, previous in self._previous.items():
             signal.signal(getattr(signal, name), previous if previous is not None else signal.SIG_DFL)
         self._previous.clear()
+        if _ACTIVE is self:
+            _ACTIVE = None
 
     def _on_signal(self, signum: int, frame) -> None:
         name = signal.Signals(signum).name
@@ -361,6 +376,14 @@ class PreemptionHandler:
         sys.stdout.flush()
         sys.stderr.flush()
         raise SystemExit(code)
+
+
+_ACTIVE: Optional[PreemptionHandler] = None
+
+
+def active() -> Optional[PreemptionHandler]:
+    """The handler installed in this process (by the command's entry), or None."""
+    return _ACTIVE
 
 
 def trainer_callback(handler: PreemptionHandler):

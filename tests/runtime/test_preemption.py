@@ -8,7 +8,8 @@ import pytest
 
 from scholar_agents.runtime import preemption
 
-WINDOW_VARS = ("SCHOLAR_SIGNAL_LEAD_S", "SCHOLAR_SHUTDOWN_GRACE_S", "TORCHELASTIC_RUN_ID", "PET_SHUTDOWN_TIMEOUT",
+WINDOW_VARS = ("SCHOLAR_SIGNAL_LEAD_S", "SCHOLAR_SHUTDOWN_GRACE_S", "SCHOLAR_SHUTDOWN_GRACE_FIXED",
+               "TORCHELASTIC_RUN_ID", "PET_SHUTDOWN_TIMEOUT",
                "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "RANK", "SLURM_PROCID")
 
 
@@ -43,6 +44,20 @@ def test_window_warnings_are_one_line_each_naming_both_figures():
     assert preemption.preemption_window_warnings(600, 412, "x", 600) == []  # covered
     assert preemption.preemption_window_warnings(None, 412, "x", 30) == []  # lead unknown: nothing to compare
     assert preemption.preemption_window_warnings(300, None, "x", None) == []  # no estimate, not under torchrun
+
+
+def test_a_torchrun_without_shutdown_timeout_is_not_told_to_raise_cluster_shutdown_grace_s(env):
+    """torch 2.10's torchrun has no --shutdown-timeout: scholar_torchrun exports its fixed 30 s and says so; the
+    warning then names the 30 s a step + checkpoint must fit in, not a setting that cannot apply."""
+    env.setenv("SCHOLAR_SIGNAL_LEAD_S", "300")
+    env.setenv("TORCHELASTIC_RUN_ID", "4242")
+    env.setenv("SCHOLAR_SHUTDOWN_GRACE_S", "30")
+    env.setenv("SCHOLAR_SHUTDOWN_GRACE_FIXED", "1")
+    (line,) = preemption.check_preemption_window()
+    assert "has no --shutdown-timeout" in line and "within 30 s" in line and "set cluster.shutdown_grace_s" not in line
+    env.delenv("SCHOLAR_SHUTDOWN_GRACE_FIXED")
+    (line,) = preemption.check_preemption_window()
+    assert "set cluster.shutdown_grace_s=300 or more" in line
 
 
 def test_check_logs_on_rank_0_only(env, caplog):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -243,6 +244,96 @@ def test_scholar_torchrun_passes_cluster_shutdown_grace_s_to_torchrun(no_slurm, 
     assert "--shutdown-timeout=300 " in default  # conf/cluster/cpu.yaml
     exported = _job_env_lines(tmp_path, header, {**env, "SCHOLAR_SHUTDOWN_GRACE_S": "77"}, run.replace('"$@"', ""))
     assert any("--shutdown-timeout=77 " in line for line in exported)
+
+
+def _torchrun_without(flag: str, bin_dir: Path) -> Path:
+    """A `torchrun` that is the installed one (torch.distributed.run, its real parser and launcher) without ``flag``:
+    what torch 2.10's torchrun (the CUDA 12 lock) is to --shutdown-timeout."""
+    bin_dir.mkdir(exist_ok=True)
+    exe = bin_dir / "torchrun"
+    exe.write_text(f"""#!{sys.executable}
+import sys
+from torch.distributed import run
+
+_parser = run.get_args_parser
+
+
+def _without_the_flag():
+    parser = _parser()
+    for action in [a for a in parser._actions if {flag!r} in a.option_strings]:
+        parser._remove_action(action)
+        for group in parser._action_groups:
+            if action in group._group_actions:
+                group._group_actions.remove(action)
+        for option in action.option_strings:
+            parser._option_string_actions.pop(option)
+    return parser
+
+
+_parse_args = run.parse_args
+
+
+def _parse_without_the_flag(args):  # the launcher below reads the setting: torch 2.10 had none, 30 s fixed
+    namespace = _parse_args(args)
+    setattr(namespace, {flag.lstrip("-").replace("-", "_")!r}, None)
+    return namespace
+
+
+run.get_args_parser = _without_the_flag
+run.parse_args = _parse_without_the_flag
+sys.exit(run.main())
+""")
+    exe.chmod(0o755)
+    return exe
+
+
+def test_scholar_torchrun_passes_only_the_flags_the_installed_torchrun_has(no_slurm, tmp_path):
+    """A torchrun without --shutdown-timeout (torch 2.10) rejects it at start; scholar_torchrun probes the flags
+    once, leaves that one out, says the window is torch's fixed 30 s and exports it for the workers' check. The
+    printed torchrun line then starts for real under that torchrun."""
+    env = {k: v for k, v in no_slurm.items() if not k.startswith(("SBATCH_", "SCHOLAR_"))}
+    old = _torchrun_without("--shutdown-timeout", tmp_path / "old_bin")
+    body = (f'export PATH="{old.parent}:$PATH"\nscholar_torchrun slurm probe cluster.shutdown_grace_s=45\n'
+            'scholar_torchrun slurm probe cluster.shutdown_grace_s=45\n'
+            'echo "window=$SCHOLAR_SHUTDOWN_GRACE_S fixed=${SCHOLAR_SHUTDOWN_GRACE_FIXED:-}"\n')
+    lines = _job_env_lines(tmp_path, "#SBATCH --signal=B:USR1@120\n", env, body)
+    steps = [line for line in lines if line.startswith("[dry-run] srun ")]
+    assert len(steps) == 2 and all("--shutdown-timeout" not in s for s in steps)
+    assert "--signals-to-handle=SIGTERM\\,SIGINT\\,SIGHUP\\,SIGQUIT\\,SIGUSR1\\,SIGUSR2" in steps[0]
+    assert sum(line.startswith("[job_env] torchrun probed: torch ") for line in lines) == 1  # once per job
+    assert any("lacks: --shutdown-timeout" in line for line in lines)
+    assert any("has no --shutdown-timeout" in line and "cluster.shutdown_grace_s=45 says" in line for line in lines)
+    assert "[job_env] preemption window: Slurm's signal lead 120 s, torchrun's shutdown window 30 s " \
+           "(torchrun's fixed default)" in lines
+    assert "window=30 fixed=1" in lines
+
+    # the launch line itself, without srun, under that torchrun: it starts and the probe job runs to the end
+    argv = shlex.split(steps[0][len("[dry-run] "):])
+    launch = [str(old), *argv[argv.index("torchrun") + 1:]]
+    launch = [a.replace(f"hydra.run.dir={a.partition('=')[2]}", f"hydra.run.dir={tmp_path / 'run'}")
+              if a.startswith("hydra.run.dir=") else a for a in launch]
+    run_env = {**env, "MASTER_PORT": "0", "OMP_NUM_THREADS": "1", "SCHOLAR_SHUTDOWN_GRACE_S": "30",
+               "SCHOLAR_SHUTDOWN_GRACE_FIXED": "1"}
+    launch = [a for a in launch if not a.startswith("--rdzv")]  # a local rendezvous (no Slurm here)
+    launch.insert(1, "--standalone")
+    proc = subprocess.run(launch, cwd=REPO, env=run_env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # ... and the same line with the flag is what an old torchrun refuses at once
+    refused = subprocess.run([*launch[:2], "--shutdown-timeout=45", *launch[2:]], cwd=REPO, env=run_env,
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "unrecognized arguments: --shutdown-timeout=45" in refused.stderr
+
+
+def test_a_node_s_ranks_share_its_cpus(no_slurm, tmp_path):
+    """OMP_NUM_THREADS is the task's CPUs divided among the node's ranks (at least 1), not the whole task per rank."""
+    env = {k: v for k, v in no_slurm.items() if not k.startswith(("SBATCH_", "SCHOLAR_", "OMP_"))}
+    show = 'echo "omp=$OMP_NUM_THREADS"\n'
+    for cpus, ranks, expect in (("32", "4", "omp=8"), ("6", "4", "omp=1"), ("3", "8", "omp=1"), ("16", "1", "omp=16")):
+        lines = _job_env_lines(tmp_path, "", {**env, "SLURM_CPUS_PER_TASK": cpus, "SCHOLAR_NPROC_PER_NODE": ranks},
+                               show)
+        assert expect in lines, (cpus, ranks, lines[-3:])
+    assert "omp=3" in _job_env_lines(tmp_path, "", {**env, "SLURM_CPUS_PER_TASK": "32", "OMP_NUM_THREADS": "3"},
+                                     show)  # an exported value wins
 
 
 def test_requeue_glue_reports_a_step_that_ignores_the_protocol(no_slurm, tmp_path):
