@@ -15,7 +15,10 @@
 Prompts are rendered by the crawl environment itself (``CrawlEnv.state_messages``) and responses by the action
 grammar's ``render_response``, so the SFT data is exactly what the Crawler sees and writes at inference.
 Only papers with section → reference structure can start an expand session; in the bundled data few papers have
-it (unarXive, research-town), and the report counts how many search hits had sections.
+it (unarXive, research-town), and the report counts how many search hits had sections. With
+``crawler.env.related_expand`` (ours) a sectionless hit gets a *related* expand session instead: its outline is
+the paper's related searches, and a search is selected when its hits add gold papers the query's searches had not
+found (:func:`related_expand_sessions`).
 """
 
 from __future__ import annotations
@@ -39,9 +42,11 @@ from scholar_agents.data_gen.shards import (
     write_jsonl,
 )
 from scholar_agents.data_gen.teacher_queries import generate_teacher_queries
+from scholar_agents.papers.ids import norm_id
 from scholar_agents.papers.paper import Paper
 from scholar_agents.papers.titles import TitleMatcher
 from scholar_agents.pasa.actions import EXPAND, SEARCH, render_response
+from scholar_agents.pasa.crawl_env import gets_session
 from scholar_agents.pasa.queries import ScholarQuery, load_pasa_queries
 
 log = logging.getLogger(__name__)
@@ -148,6 +153,46 @@ def expand_session(env, q: ScholarQuery, paper: Paper, rng: random.Random, other
     return {"messages": messages, "meta": {"kind": EXPAND, "qid": q.qid, "user_query": q.question,
                                            "paper_id": paper.paper_id, "gold_sections": by_gold,
                                            "random_sections": by_chance}}
+
+
+def related_expand_sessions(env, search, jobs: list[tuple[ScholarQuery, Paper, set[str]]], rng_of,
+                            other_prob: float, stats: Counter) -> list[dict]:
+    """Expand sessions on papers without sections (``crawler.env.related_expand``, ours): the session's outline is
+    the paper's related searches (``CrawlEnv.outline``: its title, key phrases of its abstract). Every related
+    search is run with the environment's own search (``related_k`` hits, the query's [Search] before-date), all of
+    them in one batched call; a search is selected when its hits add a gold paper that the query's searches had not
+    found (``jobs``: (query, paper, papers already found)), any other with probability ``other_prob`` (A.1's
+    diversity rule). The student sees the paper and the outline only, never the gold."""
+    outlines = [env.outline(p) for _, p, _ in jobs]
+    flat = [(i, o) for i, ol in enumerate(outlines) for o in ol]
+    befores = [env.search_before(jobs[i][0].before) if env.cfg.date_filter else None for i, _ in flat]
+    hits = search.search_batch([o.query for _, o in flat], k=env.cfg.related_k, before=befores) if flat else []
+    stats["related_searches"] += len(flat)
+    by_job: list[list[tuple]] = [[] for _ in jobs]
+    for (i, o), hs in zip(flat, hits):
+        by_job[i].append((o, [h.paper_id for h in hs]))
+    rows = []
+    for (q, paper, found), entries in zip(jobs, by_job):
+        if not entries:
+            continue
+        gold = {norm_id(g) for g in q.gold_ids}
+        seen = {norm_id(p) for p in found}
+        rng = rng_of(q, paper)
+        selected, by_gold, by_chance = [], [], []
+        for o, ids in entries:
+            if ({norm_id(p) for p in ids} & gold) - seen:
+                by_gold.append(o.name)
+                selected.append(o.name)
+            elif rng.random() < other_prob:
+                by_chance.append(o.name)
+                selected.append(o.name)
+        response = render_response(EXPAND, selected)
+        messages = env.state_messages(q.question, paper, outline=[o for o, _ in entries]) + [
+            {"role": "assistant", "content": response}]
+        rows.append({"messages": messages, "meta": {"kind": EXPAND, "related": True, "qid": q.qid,
+                                                    "user_query": q.question, "paper_id": paper.paper_id,
+                                                    "gold_sections": by_gold, "random_sections": by_chance}})
+    return rows
 
 
 def _llm_teacher(llm, queries: list[ScholarQuery], dg, seed: int, stats: Counter):
@@ -258,20 +303,26 @@ def sessions_for_shard(llm, env, search, store, queries: list[ScholarQuery], dg,
         per_query: list[list] = [[] for _ in queries]
         for i, h in zip(owner, hits):
             per_query[i].append(h)
+        related_jobs: list[tuple[ScholarQuery, Paper, set[str]]] = []
         for q, hit_lists in zip(queries, per_query):
             ids = _merge_hits(hit_lists)
             papers = store.get_many(ids)
-            with_sections = [papers[i] for i in ids if i in papers and any(s.heading for s in papers[i].sections)]
+            # the crawl environment's own rule for which papers get an expand session (gets_session)
+            eligible = [papers[i] for i in ids if i in papers and gets_session(papers[i], env.cfg)
+                        and (any(s.heading for s in papers[i].sections) or not papers[i].sections)]
             stats["search_hits"] += len(ids)
-            stats["search_hits_with_sections"] += len(with_sections)
-            if not with_sections:
+            stats["search_hits_with_sections"] += sum(bool(p.sections) for p in eligible)
+            if not eligible:
                 stats["user_queries_without_sectioned_hits"] += 1
                 continue
             rng = random.Random(f"{seed}/crawler_sessions/{q.qid}")
-            chosen = rng.sample(with_sections, min(int(dg.papers_per_query), len(with_sections)))
+            chosen = rng.sample(eligible, min(int(dg.papers_per_query), len(eligible)))
             gold_titles = TitleMatcher([(g, t) for g, t in zip(q.gold_ids, q.gold_titles)],
                                        min_score=float(dg.title_min_score))
             for paper in chosen:
+                if not paper.sections:  # related expansion: searched for the whole shard at once, below
+                    related_jobs.append((q, paper, set(ids)))
+                    continue
                 row = expand_session(env, q, paper, rng, float(dg.other_section_prob), gold_titles, stats)
                 if row is None:
                     continue
@@ -285,6 +336,20 @@ def sessions_for_shard(llm, env, search, store, queries: list[ScholarQuery], dg,
                 stats["expand_sections_gold"] += len(row["meta"]["gold_sections"])
                 stats["expand_sections_random"] += len(row["meta"]["random_sections"])
                 rows.append(row)
+        related = related_expand_sessions(
+            env, search, related_jobs, lambda q, p: random.Random(f"{seed}/related/{q.qid}/{p.paper_id}"),
+            float(dg.other_section_prob), stats)
+        for row in related:
+            if not row["meta"]["gold_sections"] and not row["meta"]["random_sections"]:
+                stats["related_sessions_empty"] += 1
+                if not dg.keep_empty_expand:
+                    continue
+            if row["meta"]["gold_sections"]:
+                stats["related_sessions_adding_gold"] += 1
+            stats["related_sessions"] += 1
+            stats["related_searches_gold"] += len(row["meta"]["gold_sections"])
+            stats["related_searches_random"] += len(row["meta"]["random_sections"])
+            rows.append(row)
     return rows, dict(stats)
 
 

@@ -5,22 +5,8 @@ search) reaches it; the oracle never reads the gold's title to write a search.""
 import pytest
 
 from scholar_agents.eval.pasa_oracle import gold_blind_oracle
-from scholar_agents.papers.paper import Paper
 from scholar_agents.pasa.crawl_env import CrawlConfig
-from scholar_agents.pasa.queries import ScholarQuery
-from tests.fixtures.crawl import bm25_world
-
-PAPERS = [
-    Paper("P1", "Zebra stripes deter biting flies",
-          "Field experiments on horses suggest that striped coats reduce landings of tabanid flies; earlier "
-          "hypotheses invoked cryptic coloration evolution.", "2019-01-01"),
-    Paper("G1", "Cryptic coloration evolution in mammals", "", "2018-01-01"),
-    Paper("N1", "Savanna grazing ecology", "Grass and herbivores.", "2017-01-01"),
-    Paper("N2", "Deep networks for images", "Convolutions.", "2016-01-01"),
-    Paper("F1", "Cryptic coloration evolution revisited", "A later survey.", "2022-01-01"),
-]
-Q = ScholarQuery("z", "Which papers study zebra stripes?", before="2020-01-01", gold_ids=["G1"])
-
+from tests.fixtures.crawl import ZEBRA_PAPERS as PAPERS, ZEBRA_QUERY as Q, bm25_world
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
