@@ -31,12 +31,19 @@ def drive_page(driver, url: str, query: str, before: str, run_path: str, rows: t
 
     find = driver.find_element
     driver.get(url + "/")
-    _wait(driver, lambda d: "loaded in" in find(By.ID, "setting").text, 60, "the setting line")
+    text = lambda i: find(By.ID, i).get_attribute("textContent")  # noqa: E731 — also behind the details toggle
+    _wait(driver, lambda d: "loaded in" in text("setting"), 60, "the setting line")
+    # one plain line on what the page searches; the figures behind "details"
+    headline = find(By.ID, "headline").text
+    assert " papers (" in headline and "[Expand]" in headline and "AUC" not in headline, headline
+    assert not find(By.ID, "corpus").is_displayed()
+    find(By.ID, "details-toggle").click()
     corpus = find(By.ID, "corpus").text  # issue 39 item 1: what the page searches, and how to search more
     assert corpus.startswith("Searching corpus") and " papers from " in corpus and "with sections" in corpus, corpus
     assert "papers=" in corpus and "arxiv_api" in corpus
     # issue 37 item 2: what "selected" means, from the Selector's card (or that it marks nothing)
     assert find(By.ID, "selector-line").text.startswith('"selected": '), find(By.ID, "selector-line").text
+    find(By.ID, "details-toggle").click()
     # a bad date: one line in the page, nothing queued
     find(By.ID, "query").send_keys(query)
     find(By.ID, "before").send_keys("2023-02-30")
@@ -66,6 +73,10 @@ def drive_page(driver, url: str, query: str, before: str, run_path: str, rows: t
     rows_seen = driver.find_elements(By.CSS_SELECTOR, "#results tr.paper-row")
     assert rows_seen and rows_seen[0].find_element(By.TAG_NAME, "a").get_attribute("href").startswith(
         "https://arxiv.org/abs/")
+    check_scannable(driver)
+    # the crawl log in words, not S_q / S_q+p codes
+    log_lines = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#events li")]
+    assert log_lines and all(x.startswith(("Searched", "Expanded", "Read the question")) for x in log_lines), log_lines
     assert driver.find_elements(By.CSS_SELECTOR, "#search-tree .tree-root li.action")  # [Search] q -> papers
     rows_seen[0].find_element(By.CSS_SELECTOR, "button.why").click()
     _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#results td.rationale"), timeout, "a rationale")
@@ -106,6 +117,52 @@ def drive_page(driver, url: str, query: str, before: str, run_path: str, rows: t
             "rationale_s": round(t_rationale, 2)}
 
 
+def check_scannable(driver) -> None:
+    """At 1400 x 1000 the list shows at least 10 results above the fold, each on a title line and a snippet line
+    (or "no abstract in this corpus"), its actions on one line."""
+    from selenium.webdriver.common.by import By
+
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": 1400, "height": 1000, "deviceScaleFactor": 1, "mobile": False})
+    try:
+        driver.execute_script("window.scrollTo(0, 0)")
+        rows = driver.find_elements(By.CSS_SELECTOR, "#results tr.paper-row")
+        above = driver.execute_script(
+            "return [...document.querySelectorAll('#results tr.paper-row')]"
+            ".filter((r) => r.getBoundingClientRect().bottom <= window.innerHeight).length")
+        assert driver.execute_script("return window.innerHeight") == 1000
+        assert above >= min(10, len(rows)) and len(rows) >= 10, (above, len(rows))
+        for r in rows[:10]:
+            snippet = r.find_element(By.CSS_SELECTOR, ".snippet").text
+            assert snippet, r.text
+            buttons = r.find_elements(By.CSS_SELECTOR, "td.act button")
+            assert len({b.location["y"] for b in buttons}) == 1, r.text  # one line, not wrapped
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def cancelling_in_the_page(driver, query: str, timeout: float = 120) -> None:
+    """Cancel shows "cancelling…" at the click, clears the live counters, and the cancelled search keeps its crawl
+    tree as far as it got."""
+    from selenium.webdriver.common.by import By
+
+    find = driver.find_element
+    find(By.ID, "tab-search").click()
+    find(By.ID, "query").clear()
+    find(By.ID, "query").send_keys(query)
+    find(By.ID, "submit").click()
+    _wait(driver, lambda d: find(By.ID, "status").text.startswith("crawling"), timeout, "the crawl to start")
+    driver.execute_script("document.getElementById('cancel').click()")
+    status = find(By.ID, "status").text
+    assert status.startswith(("cancelling", "cancelled")), status
+    if status.startswith("cancelling"):
+        assert find(By.ID, "progress").text == ""
+    _wait(driver, lambda d: find(By.ID, "status").text.startswith(("cancelled", "failed")), timeout, "the cancel")
+    assert find(By.ID, "status").text.startswith("cancelled"), find(By.ID, "status").text
+    assert driver.find_elements(By.CSS_SELECTOR, "#search-tree .tree-root")
+    assert "papers to visit" not in find(By.ID, "progress").text
+
+
 def _shots(tmp_path) -> Path:
     if os.environ.get("SCHOLAR_SAVE_SCREENSHOTS") == "1":
         DOC_IMAGES.mkdir(parents=True, exist_ok=True)
@@ -116,6 +173,7 @@ def _shots(tmp_path) -> Path:
 def test_search_runs_and_compare_in_a_real_browser_on_the_tiny_model(tiny_server, browser, tmp_path):
     times = drive_page(browser, tiny_server, "graph neural networks for molecules", "2023-01-01", "eval_pasa/tiny",
                        ("agent", "search_bm25"), tmp_path)
+    cancelling_in_the_page(browser, "message passing neural networks for quantum chemistry")
     for name in ("pasa_serve_search.png", "pasa_serve_runs.png", "pasa_serve_tree.png"):
         assert (tmp_path / name).stat().st_size > 10_000
     print("tiny model:", json.dumps(times))
@@ -128,12 +186,15 @@ def more_like_this_in_the_page(driver, timeout: float) -> str:
 
     find = driver.find_element
     first = driver.find_elements(By.CSS_SELECTOR, "#results tr.paper-row")[0]
-    title = first.find_element(By.TAG_NAME, "a").text
+    link = first.find_element(By.TAG_NAME, "a")
+    title, href = link.get_attribute("textContent"), link.get_attribute("href")
     first.find_element(By.CSS_SELECTOR, "button.more").click()
     _wait(driver, lambda d: find(By.ID, "query").get_attribute("value") == title and
           "papers crawled" in find(By.ID, "status").text and not find(By.ID, "cancel").is_displayed(), timeout,
           "the more-like-this ranked list")
-    assert title in [a.text for a in driver.find_elements(By.CSS_SELECTOR, "#results tr.paper-row a")]
+    # it says what it is and whose, and its seed is not one of its own results
+    assert find(By.ID, "search-title").text.startswith("More like this: " + title[:30])
+    assert href not in [a.get_attribute("href") for a in driver.find_elements(By.CSS_SELECTOR, "#results tr.paper-row a")]
     return title
 
 
@@ -146,13 +207,16 @@ def test_more_like_this_and_page_searches_as_runs_in_a_real_browser(tiny_server,
 
     driver, find = browser, browser.find_element
     driver.get(tiny_server + "/")
-    _wait(driver, lambda d: "loaded in" in find(By.ID, "setting").text, 60, "the setting line")
+    _wait(driver, lambda d: "loaded in" in find(By.ID, "setting").get_attribute("textContent"), 60, "the setting line")
     find(By.ID, "query").send_keys("graph neural networks for molecules")
     find(By.ID, "before").send_keys("2023-01-01")
     find(By.ID, "submit").click()
     _wait(driver, lambda d: "papers crawled" in find(By.ID, "status").text, 120, "the first ranked list")
     title = more_like_this_in_the_page(driver, 120)
     find(By.ID, "tab-runs").click()
+    # the tab opens on the newest run (the more-like-this search), not on an empty table
+    _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#run-table tr.pick"), 20, "the newest run opened")
+    assert title[:40] in Select(find(By.ID, "runs-list")).first_selected_option.text
     _wait(driver, lambda d: len([o for o in Select(find(By.ID, "runs-list")).options
                                  if "page_searches/" in o.get_attribute("value")]) >= 2, 20, "the page searches")
     labels = [o.text for o in Select(find(By.ID, "runs-list")).options]

@@ -52,14 +52,22 @@ function loadSetting() {
     if (s.corpus) { corpusFacts = s.corpus; $("corpus").textContent = corpusLine(s.corpus); }
     replaceRunning = s.replace_running !== false;
     const b = s.budgets || {};
+    const state = s.loaded ? "" : (s.load_error ? " · the models failed to load" : " · loading models…");
+    $("headline").textContent = (s.corpus && s.corpus.headline ? s.corpus.headline : "") + state;
     $("setting").textContent = `search=${s.search} · expand=${s.expand} · crawler ${s.crawler.split("/").pop()} · ` +
       `selector ${s.selector.split("/").pop()} · budgets: ${b.max_sessions} sessions, ${b.max_actions} actions, ` +
-      `${b.max_queue} papers · ${s.loaded ? `loaded in ${s.load_seconds} s` : (s.load_error ? "load failed" : "loading models…")}`;
+      `${b.max_queue} papers · ${s.loaded ? `loaded in ${s.load_seconds} s` + (s.warm_seconds != null ? `, warmed in ${s.warm_seconds} s` : "") : (s.load_error ? "load failed" : "loading models…")}`;
     $("selector-line").textContent = s.selector_line ? `"selected": ${s.selector_line}` : "";
     if (s.load_error) showError(`loading the agent failed: ${s.load_error}`);
     if (!s.loaded && !s.load_error) setTimeout(loadSetting, 2000);
   }).catch(showError);
 }
+
+$("details-toggle").onclick = () => {
+  const open = $("details").hidden;
+  $("details").hidden = !open;
+  $("details-toggle").setAttribute("aria-expanded", String(open));
+};
 
 // ---- search ----
 $("search-form").onsubmit = (ev) => {
@@ -70,30 +78,49 @@ $("search-form").onsubmit = (ev) => {
 // "more like this": a crawl that starts from a paper (its title searched, the paper expanded where it can be)
 function moreLikeThis(paper) {
   $("query").value = paper.title;
-  startSearch({ seed_paper: paper.paper_id });
+  startSearch({ seed_paper: paper.paper_id }, paper);
 }
 
-function startSearch(body) {
+function startSearch(body, seed) {
   showError(null);
   if ($("before").value.trim()) body.before = $("before").value.trim();
-  // a new search replaces the one this page is running (serve.replace_running=false keeps both going)
-  const replaced = current && !current.finished && replaceRunning ?
-    api(`/api/search/${current.id}/cancel`, { method: "POST" }).catch(() => null) : Promise.resolve();
-  replaced.then(() => api("/api/search", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) }))
-    .then((r) => follow(r.id)).catch(showError);
+  // a new search replaces the one this page is running (serve.replace_running=false keeps both going): the server
+  // cancels the old one and the new one says it waits for it to stop
+  const replacing = current && !current.finished && replaceRunning;
+  if (replacing) body.replaces = current.id;
+  api("/api/search", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) })
+    .then((r) => follow(r.id, { seed, replaced: replacing })).catch(showError);
 }
-$("cancel").onclick = () => { if (current) api(`/api/search/${current.id}/cancel`, { method: "POST" }).catch(showError); };
+$("cancel").onclick = () => {
+  if (!current || current.finished) return;
+  showCancelling();
+  api(`/api/search/${current.id}/cancel`, { method: "POST" }).catch(showError);
+};
 
-function follow(id) {
+// at the click, not when the search has stopped: the live counters are stale from now on
+function showCancelling(replacedBy) {
+  if (!current || current.cancelling) return;
+  current.cancelling = true;
+  $("status").textContent = replacedBy ? "cancelling… (replaced by a new search)" : "cancelling…";
+  $("status").className = "status cancelling";
+  $("progress").replaceChildren();
+  $("cancel").disabled = true;
+}
+
+function follow(id, opts = {}) {
   if (current && current.source) current.source.close();
   for (const n of ["events", "results", "search-tree", "progress", "note"]) $(n).replaceChildren();
   $("status").className = "status";
-  $("status").textContent = "";
+  $("status").textContent = opts.replaced ? "the previous search is stopping: replaced by your new search…" : "";
   $("cancel").hidden = false;
+  $("cancel").disabled = false;
+  const title = $("search-title");
+  title.hidden = !opts.seed;
+  if (opts.seed) title.replaceChildren("More like this: ", el("b", {}, opts.seed.title), ` (${opts.seed.paper_id}) — a crawl that starts from this paper; the paper itself is left out of its results`);
   const url = new URL(`/api/search/${id}/events`, location.origin);
   if (TOKEN) url.searchParams.set("token", TOKEN);
   const source = new EventSource(url);
-  current = { id, source, t0: performance.now() };
+  current = { id, source, t0: performance.now(), replaced: opts.replaced };
   source.onmessage = (m) => onEvent(JSON.parse(m.data));
   source.onerror = () => { if (current && current.finished) source.close(); };
 }
@@ -103,32 +130,36 @@ function onEvent(ev) {
   const st = $("status");
   switch (ev.kind) {
     case "queued": case "position":
-      st.textContent = d.position > 0 ? `waiting: position ${d.position} in the queue` : "starting…"; break;
+      if (current.cancelling) break;
+      st.textContent = d.waits_for ? "waiting for the search it replaced to stop…" :
+        d.position > 0 ? `waiting: position ${d.position} in the queue (one search runs at a time)` : "starting…"; break;
+    case "cancelling": showCancelling(d.replaced_by); break;
     case "loading": st.textContent = `loading the ${d.what}…`; break;
-    case "running": st.textContent = "crawling…"; break;
+    case "running": if (!current.cancelling) st.textContent = "crawling…"; break;
     case "session": {
-      const acts = d.actions.map((a) => `${a.fallback ? "(fallback) " : ""}[${a.kind[0].toUpperCase() + a.kind.slice(1)}] ${a.argument}` +
-        (a.status === "executed" ? ` → +${a.added}` : ` (${a.status})`)).join("  ");
-      const errs = d.grammar_errors.length ? `  grammar: ${d.grammar_errors.join(", ")}` : "";
-      $("events").append(el("li", { class: "session" }, `${d.start}${d.paper ? " " + d.paper : ""}: ${acts || "no action"}${errs}`));
+      // the server's sentence; the raw actions stay on hover
+      const raw = d.actions.map((a) => `[${a.kind}] ${a.argument} (${a.status}, +${a.added})`).join("  ");
+      $("events").append(el("li", { class: `session${d.cached ? " cached" : ""}`, title: `${d.start}${d.paper ? " " + d.paper : ""}: ${raw || "no action"}` }, d.text));
       $("events").scrollTop = 1e9;
       break;
     }
     case "progress": {
+      if (current.cancelling) break;
       const b = d.budget_left || {};
       $("progress").replaceChildren(...[["papers in queue", d.queue], ["sessions", d.sessions], ["actions", d.actions],
         ["papers to visit", d.pending], ["budget left", `${fmt(b.max_sessions)} sessions · ${fmt(b.max_actions)} actions · ${fmt(b.max_queue)} papers · ${fmt(b.max_gen_tokens)} tokens`],
         ["time", `${d.seconds} s`]].map(([k, v]) => el("span", { class: "stat" }, `${k}: `, el("b", {}, v))));
       break;
     }
-    case "selecting": st.textContent = `the Selector reads ${d.papers} papers…`; break;
-    case "select_progress": st.textContent = `the Selector has read ${d.done} of ${d.of} papers…`; break;
+    case "selecting": if (!current.cancelling) st.textContent = `the Selector reads ${d.papers} papers…`; break;
+    case "select_progress": if (!current.cancelling) st.textContent = `the Selector has read ${d.done} of ${d.of} papers…`; break;
     case "result": showResult(d); break;
     case "done": case "failed": case "cancelled":
       current.finished = true; current.source.close(); $("cancel").hidden = true;
       if (ev.kind !== "done") {
+        const why = d.replaced_by ? " (replaced by a new search)" : "";
         st.textContent = ev.kind === "failed" ? `failed: ${d.error}` :
-          `cancelled${current.partial ? `: the ${current.partial} papers crawled before the cancel, in crawl order` : ""}`;
+          `cancelled${why}${current.partial != null ? `: the ${current.partial} papers crawled before the cancel, in crawl order` : ""}`;
         st.className = `status ${ev.kind}`;
       }
       break;
@@ -138,26 +169,34 @@ function onEvent(ev) {
 function showResult(r) {
   if (r.cancelled) current.partial = r.papers.length;
   const ends = [...new Set(r.trees.map((t) => t.end))];
-  $("status").textContent = `${r.papers.length} papers crawled, ${r.selected} selected in ${r.seconds} s · ${ends.join("; ")}`;
-  // the live counters stop at the last session; the end replaces them with the crawl's final state
-  if (!r.cancelled) {
-    const last = r.trees.reduce((a, t) => ({ queue: a.queue + t.queue, sessions: a.sessions + t.sessions }), { queue: 0, sessions: 0 });
-    $("progress").replaceChildren(...[["papers in queue", last.queue], ["sessions", last.sessions], ["papers to visit", 0],
-      ["ended", ends.join("; ")], ["time", `${r.seconds} s`]].map(([k, v]) => el("span", { class: "stat" }, `${k}: `, el("b", {}, v))));
+  const cache = r.cache && r.cache.all_cached ? el("span", { class: "cache-mark", title: `${r.cache.hits} answers of the crawl and the Selector came from the LLM response cache, none was computed now` }, "from the LLM cache") : "";
+  $("status").replaceChildren(`${r.papers.length} papers crawled, ${r.selected} selected in ${r.seconds} s · ${ends.join("; ")}`, cache);
+  if (r.seed) {  // a more-like-this search names its seed (also when the page reloads it)
+    $("search-title").hidden = false;
+    $("search-title").replaceChildren("More like this: ", el("b", {}, r.seed.title), ` (${r.seed.paper_id}) — a crawl that starts from this paper; the paper itself is left out of its results`);
   }
+  // the live counters stop at the last session; the end (or the cancel) replaces them with the crawl's final state
+  const last = r.trees.reduce((a, t) => ({ queue: a.queue + t.queue, sessions: a.sessions + t.sessions }), { queue: 0, sessions: 0 });
+  $("progress").replaceChildren(...[["papers in queue", last.queue], ["sessions", last.sessions], ...(r.cancelled ? [] : [["papers to visit", 0]]),
+    ["ended", ends.join("; ")], ["time", `${r.seconds} s`]].map(([k, v]) => el("span", { class: "stat" }, `${k}: `, el("b", {}, v))));
   // a corpus where [Expand] (almost) cannot happen: said once per page, with the first result
   const expandNote = corpusFacts && corpusFacts.expand_note && !expandNoteShown ? corpusFacts.expand_note : "";
   if (expandNote) expandNoteShown = true;
   $("note").textContent = [expandNote, r.note].filter((x) => x).join(" · ");
   const t = $("results");
-  t.replaceChildren(el("tr", {}, ...["#", 'P(relevant)', "selected", "date", "paper", ""].map((h) => el("th", {}, h))));
+  const heads = [["#", "c-num", ""], ["P", "c-p", "the Selector's P(relevant)"], ["✓", "c-sel", "selected by the Selector"],
+    ["paper", "c-paper", ""], ["date", "c-date", ""], ["", "c-act", ""]];
+  t.replaceChildren(el("tr", {}, ...heads.map(([h, c, title]) => el("th", { class: c, title: title || null }, h))));
   r.papers.forEach((p, i) => {
-    const why = r.cancelled ? el("span", {}, "") : el("button", { type: "button", class: "why" }, "why?");
+    const why = r.cancelled ? el("span", {}, "") : el("button", { type: "button", class: "why", title: "why the Selector decided so" }, "why?");
     const more = el("button", { type: "button", class: "more", title: "a crawl that starts from this paper" }, "more like this");
     more.onclick = () => moreLikeThis(p);
-    const row = el("tr", { class: "paper-row" }, el("td", { class: "num" }, i + 1), el("td", { class: "num" }, fmt(p.score)),
-      el("td", { class: p.selected ? "" : "no" }, r.cancelled ? "cancelled" : p.selected ? "yes" : "no"), el("td", {}, p.date || "–"),
-      el("td", {}, p.gold ? el("span", { class: "gold", title: "a gold paper of this query" }, "★ ") : "", paperLink(p.paper_id, p.title)), el("td", {}, why, " ", more));
+    const snip = p.snippet ? el("div", { class: "snippet", title: p.snippet }, p.snippet) : el("div", { class: "snippet none" }, "no abstract in this corpus");
+    const title = el("div", { class: "title", title: p.title }, p.gold ? el("span", { class: "gold", title: "a gold paper of this query" }, "★ ") : "", paperLink(p.paper_id, p.title));
+    const row = el("tr", { class: "paper-row" }, el("td", { class: "num" }, i + 1),
+      el("td", { class: "num", title: r.cancelled ? "cancelled before the Selector read it" : "P(relevant)" }, r.cancelled || p.score == null ? "–" : p.score.toFixed(2)),
+      el("td", { class: "sel", title: r.cancelled ? "cancelled: not judged" : p.selected ? "selected" : "not selected" }, r.cancelled ? "" : p.selected ? "✓" : ""),
+      el("td", {}, title, snip), el("td", {}, p.date || "–"), el("td", { class: "act" }, why, " ", more));
     why.onclick = () => {
       why.disabled = true; why.textContent = "…";
       api(`/api/search/${current.id}/rationale?paper_id=${encodeURIComponent(p.paper_id)}`).then((j) => {
@@ -167,7 +206,8 @@ function showResult(r) {
     };
     t.append(row);
   });
-  $("search-tree").replaceChildren(el("h2", {}, "Crawl tree"), ...r.trees.map(renderTree));
+  if (r.cancelled) t.classList.add("cancelled"); else t.classList.remove("cancelled");
+  $("search-tree").replaceChildren(el("h2", {}, r.cancelled ? "Crawl tree (as far as it got)" : "Crawl tree"), ...r.trees.map(renderTree));
 }
 
 // ---- trees ----
@@ -205,9 +245,13 @@ function loadRuns() {
     const sel = $("runs-list");
     const keep = sel.value;
     const when = (t) => new Date(t * 1000).toLocaleString();
-    const name = (x) => `${x.query ? `"${x.query.slice(0, 60)}${x.query.length > 60 ? "…" : ""}" · ` : ""}${x.path}  (${x.kind}, ${when(x.mtime)})`;
+    // a question asked again is one entry: its newest run, with how often it was asked
+    const name = (x) => `${x.query ? `"${x.query.slice(0, 60)}${x.query.length > 60 ? "…" : ""}" · ` : ""}${x.path}  (${x.kind}, ${when(x.mtime)}` +
+      `${x.repeats > 1 ? `, asked ${x.repeats}×, newest shown` : ""})`;
     sel.replaceChildren(...r.runs.map((x) => el("option", { value: x.path }, name(x))));
-    if (keep) sel.value = keep;
+    if (keep && r.runs.some((x) => x.path === keep)) sel.value = keep;
+    // the tab opens on a run, the newest, not on an empty table
+    if (!openedPath && r.runs.length) { sel.value = r.runs[0].path; openRun(r.runs[0].path); }
     // a second run to put beside the first (two page searches, two evals): "with"
     const other = $("compare-run"), keepOther = other.value;
     other.replaceChildren(el("option", { value: "" }, "(no other run)"), ...r.runs.map((x) => el("option", { value: x.path }, name(x))));
