@@ -19,6 +19,18 @@ log = logging.getLogger(__name__)
 
 
 def crawler_ppo(cfg: DictConfig) -> dict:
+    from scholar_agents.runtime.preemption import PreemptionHandler
+
+    # first: a warning while the store, the models, DeepSpeed or vLLM are built sets a flag instead of killing the
+    # process; the trainer acts on it before its start-of-run evaluation (trainer.train)
+    handler = PreemptionHandler.install()
+    try:
+        return _crawler_ppo(cfg, handler)
+    finally:
+        handler.uninstall()
+
+
+def _crawler_ppo(cfg: DictConfig, handler) -> dict:
     import os
 
     from scholar_agents.plan.commands import startup_check, startup_save_every, startup_window_check
@@ -39,7 +51,12 @@ def crawler_ppo(cfg: DictConfig) -> dict:
     # then every step is checkpointed, so that a preemption loses at most the step in flight
     startup_window_check(cfg, "ppo")
     cfg.ppo.save_every = startup_save_every(cfg)
-    trainer = PPOTrainer(build_ppo_inputs(cfg), run_dir(cfg))  # the config, typed once, and what it names, built
+    inputs = build_ppo_inputs(cfg)  # the config, typed once, and what it names (store, indexes, queries), built
+    if handler.requested:  # warned while the store and indexes were built: leave before the models load
+        log.warning("preemption signal (%s) during set-up: nothing to save, leaving for requeue",
+                    ",".join(handler.received))
+        handler.exit_for_requeue()
+    trainer = PPOTrainer(inputs, run_dir(cfg))
     try:
         summary = trainer.train()
     finally:

@@ -633,13 +633,28 @@ class PPOTrainer:
     def train(self) -> dict:
         from tqdm.auto import tqdm
 
-        from scholar_agents.runtime.preemption import PreemptionHandler
+        from scholar_agents.runtime import preemption
 
         p = self.pcfg
-        handler = PreemptionHandler.install()
+        # the command's entry installed it before any model was built (a warning during set-up is pending there)
+        own = preemption.active() is None
+        handler = preemption.PreemptionHandler.install() if own else preemption.active()
         try:
+            # a warning during set-up (or the batch shell's, before the step started): leave before the start-of-run
+            # evaluation; the newest checkpoint (or none) is exactly this state, so there is nothing to save
+            if handler.should_stop():
+                log.warning("preemption signal (%s) before the first step: nothing new to save (resuming at step %d), "
+                            "leaving for requeue", ",".join(handler.received), self.start_step)
+                self.logger.close()
+                handler.exit_for_requeue()
             if p.eval_at_start and "eval_start" not in self.history:
                 self.history["eval_start"] = self.evaluate("start")
+                if handler.should_stop():  # keep what the evaluation of every held-out query found
+                    path = self.save(self.start_step)
+                    log.warning("preemption signal (%s) during the start-of-run evaluation: checkpointed it as step "
+                                "%d (%s), leaving for requeue", ",".join(handler.received), self.start_step, path)
+                    self.logger.close()
+                    handler.exit_for_requeue()
             bar = tqdm(range(self.start_step, p.total_steps), desc="ppo", unit="step",
                        disable=not self.accelerator.is_main_process, initial=self.start_step, total=p.total_steps)
             for step in bar:
@@ -668,7 +683,8 @@ class PPOTrainer:
                 self.history["eval_end"] = self.evaluate("end")
             return self.finish()
         finally:
-            handler.uninstall()
+            if own:
+                handler.uninstall()
 
     def finish(self) -> dict:
         """metrics.json (what ``scholar sweep report`` reads) and the training curves."""

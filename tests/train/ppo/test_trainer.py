@@ -284,3 +284,39 @@ def test_training_queries_in_request_forms(tiny_model_dir, ppo_papers, tmp_path)
     with pytest.raises(UsageError, match="unknown request form"):
         PPOTrainer.from_config(compose("train_crawler_ppo", tiny_overrides(tiny_model_dir, ppo_papers, tmp_path)
                                        + ["queries.train.phrasings=[shouting]"]), Path(tmp_path))
+
+
+def test_a_warning_before_the_first_step_leaves_before_the_start_evaluation(tiny_model_dir, ppo_papers, tmp_path):
+    """The handler the command's entry installed caught a warning during set-up: train() leaves (exit 75) before
+    evaluating every held-out query, with nothing to save; a warning during that evaluation checkpoints it."""
+    from scholar_agents.runtime.preemption import PreemptionHandler
+
+    handler = PreemptionHandler.install()
+    try:
+        tr = make_trainer(tiny_model_dir, ppo_papers, tmp_path / "early", eval_at_start="true")
+        handler.request("SIGUSR1")  # as if it came while the models were built
+        with pytest.raises(SystemExit) as e:
+            tr.train()
+        tr.close()
+        assert e.value.code == 75
+        assert not (tmp_path / "early" / "trajectories_eval_start.jsonl").exists()
+        assert not (tmp_path / "early" / "checkpoints").exists() and not (tmp_path / "early" / "metrics.jsonl").exists()
+        assert signal.getsignal(signal.SIGUSR1) == handler._on_signal  # the entry's handler stays theirs to remove
+    finally:
+        handler.uninstall()
+
+    tr = make_trainer(tiny_model_dir, ppo_papers, tmp_path / "during", eval_at_start="true")
+    evaluate = tr.evaluate
+    tr.evaluate = lambda tag: (evaluate(tag), os.kill(os.getpid(), signal.SIGUSR1))[0]
+    with pytest.raises(SystemExit) as e:
+        tr.train()
+    tr.close()
+    assert e.value.code == 75
+    ckpt = tmp_path / "during" / "checkpoints" / "step_000000"
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    assert state["step"] == 0 and "crawler_recall" in state["history"]["eval_start"]
+    resumed = make_trainer(tiny_model_dir, ppo_papers, tmp_path / "during", eval_at_start="true", total_steps=1)
+    try:
+        assert resumed.start_step == 0 and "eval_start" in resumed.history  # not evaluated again
+    finally:
+        resumed.close()
