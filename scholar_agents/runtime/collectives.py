@@ -15,6 +15,7 @@ minutes, and ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1`` (slurm/job_env.sh) turns a lo
 from __future__ import annotations
 
 import logging
+import math
 import os
 from datetime import timedelta
 from typing import Any
@@ -149,14 +150,27 @@ def all_gather_int(x: int) -> list[int]:
 
 
 def mean_over_processes(metrics: dict[str, float]) -> dict[str, float]:
-    """Each value averaged over processes (one all-reduce in float64). Every process must pass the same keys."""
+    """Each value averaged over the processes that have it. The ranks first agree on the union of their keys (one
+    object gather of the names), then reduce one fixed-shape tensor of (sum, count) per key: a rank whose step had
+    nothing to measure (no session left, every prompt too long) sends a key it lacks, or a NaN value, as count 0
+    instead of a shorter tensor — which gloo refuses at once and NCCL waits on forever. A key some rank lacked also
+    gets ``<key>/ranks``, the number of processes its mean is over; a key no rank measured is NaN."""
     if not is_distributed():
         return metrics
-    keys = sorted(metrics)
-    t = torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64, device=collective_device())
+    keys = sorted(set().union(*all_gather_object(sorted(metrics))))
+    local = []
+    for k in keys:
+        v = float(metrics.get(k, math.nan))
+        local += [0.0, 0.0] if math.isnan(v) else [v, 1.0]
+    t = torch.tensor(local, dtype=torch.float64, device=collective_device())
     dist.all_reduce(t)
     world = dist.get_world_size()
-    return {k: float(v) / world for k, v in zip(keys, t.tolist())}
+    out = {}
+    for k, (total, n) in zip(keys, t.view(-1, 2).tolist()):
+        out[k] = total / n if n else math.nan
+        if n < world:
+            out[f"{k}/ranks"] = n
+    return out
 
 
 def any_process(flag: bool) -> bool:

@@ -159,6 +159,9 @@ def _worker(store_dir: str, out: str) -> None:
         "max": collectives.all_reduce(torch.tensor([rank * 10]), op="max").item(),
         "ints": collectives.all_gather_int(rank * 10 + 1),
         "mean": collectives.mean_over_processes({"a": float(rank), "b": 2.0 * rank}),
+        # rank 1's step measured no loss (no session) and its return is NaN: the same tensor shape on both ranks
+        "ragged": collectives.mean_over_processes({"a": float(rank), **({"loss": 4.0} if rank == 0 else {}),
+                                                   "ret": float("nan") if rank == 1 else 2.0}),
         "any_one": collectives.any_process(rank == 1), "any_none": collectives.any_process(False),
         "objects": collectives.all_gather_object({"r": rank}),
         "broadcast": collectives.broadcast_object("from rank 0" if rank == 0 else None),
@@ -197,6 +200,7 @@ def test_two_processes_nccl_like_group_then_gloo(tmp_path):
         g = res["gloo"]
         assert g["sum"] == 3.0 and g["in_place"] and g["grid"] == [[1.0, 1.0], [1.0, 1.0]] and g["max"] == 10
         assert g["ints"] == [1, 11] and g["mean"] == {"a": 0.5, "b": 1.0}
+        assert g["ragged"] == {"a": 0.5, "loss": 4.0, "loss/ranks": 1.0, "ret": 2.0, "ret/ranks": 1.0}
         assert g["any_one"] is True and g["any_none"] is False
         assert g["objects"] == [{"r": 0}, {"r": 1}] and g["broadcast"] == "from rank 0"
         # evaluate(): each rank crawls its consecutive share; the gathered rows are the queries in their order

@@ -17,6 +17,7 @@ global batch, on the tiny random Qwen2.
 import importlib.util
 import signal
 import json
+import math
 import os
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from safetensors.torch import load_file
 
 from scholar_agents.hydra_app import compose
 from scholar_agents.pasa.prompts import selector_messages, selector_target
-from tests.paths import REPO
+from tests.paths import REPO, SAMPLE
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
        "WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
@@ -227,6 +228,24 @@ def ppo_runs(tiny_model_dir, dist_papers, tmp_path_factory):
         return done[key]
 
     return run
+
+
+def test_crawler_ppo_two_processes_when_one_rank_has_no_session(tiny_model_dir, dist_papers, tmp_path):
+    """A step where one rank has nothing to train on (its one query's prompt is longer than llm.max_model_len, so
+    the Crawler rejects it and the rank has no session) while the other trains: the ranks' metrics differ in their
+    keys (no losses on one), and averaging them must not abort (gloo) or hang (NCCL). The logged row is the trained
+    rank's losses, marked as measured on 1 rank."""
+    rows = [json.loads(x) for x in (SAMPLE / "autoscholarquery_dev.jsonl").read_text().splitlines()[:1]]
+    long = {**rows[0], "qid": "too_long", "question": "graph neural networks for molecules " * 400}
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text("".join(json.dumps(r) + "\n" for r in (rows[0], long)))
+    args = ["train", "crawler_ppo", *_ppo_overrides(tiny_model_dir, dist_papers, 1), f"queries.train.path={queries}",
+            "queries.train.limit=2", "ppo.total_steps=1", "ppo.policy_freeze_steps=0", "ppo.save_final=false"]
+    torchrun(args, tmp_path / "run", tmp_path / "torchrun.log", timeout=300)
+    (row,) = _ppo_rows(tmp_path / "run")
+    # the rejected prompt leaves its rank a failed session without tokens to train on: one rank's losses
+    assert row["actor/pg_loss/ranks"] == row["critic/vf_loss/ranks"] == 1 and math.isfinite(row["actor/pg_loss"])
+    assert "crawler prompt rejected" in (tmp_path / "torchrun.log").read_text()
 
 
 # Tolerance: logged statistics rel 1e-3 (abs 1e-5); weights atol 1e-4, rtol 1e-4. Measured (2 cores, fp32, the same
