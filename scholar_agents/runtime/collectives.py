@@ -192,6 +192,16 @@ def all_gather_object(obj: Any) -> list[Any]:
     return out
 
 
+def gather_object(obj: Any, dst: int = 0) -> list[Any] | None:
+    """Every process's picklable ``obj`` in rank order on process ``dst``; None on the others (they send only, so a
+    large object — a held-out evaluation's crawls — is held once, not on every GPU's host process)."""
+    if not is_distributed():
+        return [obj]
+    out: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == dst else None
+    dist.gather_object(obj, out, dst=dst)
+    return out
+
+
 def broadcast_object(obj: Any, src: int = 0) -> Any:
     """Process ``src``'s picklable ``obj`` on every process."""
     if not is_distributed():

@@ -125,7 +125,7 @@ def _worker(store_dir: str, out: str) -> None:
     """One rank (RANK / WORLD_SIZE from the environment): the NCCL-like group, then gloo."""
     import torch.distributed as dist
 
-    from scholar_agents.train.ppo.tensors import gather_in_rank_order, split_even
+    from scholar_agents.train.ppo.tensors import gather_in_rank_order, gather_to_main, split_even
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     res: dict = {}
@@ -166,6 +166,7 @@ def _worker(store_dir: str, out: str) -> None:
         "objects": collectives.all_gather_object({"r": rank}),
         "broadcast": collectives.broadcast_object("from rank 0" if rank == 0 else None),
         "eval_rows": gather_in_rank_order([{"q": q} for q in split_even(queries, world)[rank]]),
+        "main_rows": gather_to_main([{"q": q} for q in split_even(queries, world)[rank]]),  # rank 0 only
         "describe": collectives.describe(3.0),
     }
     collectives.close_before_exit()  # what `scholar` does after a job: both ranks meet, then the group goes
@@ -205,6 +206,7 @@ def test_two_processes_nccl_like_group_then_gloo(tmp_path):
         assert g["objects"] == [{"r": 0}, {"r": 1}] and g["broadcast"] == "from rank 0"
         # evaluate(): each rank crawls its consecutive share; the gathered rows are the queries in their order
         assert [x["q"] for x in g["eval_rows"]] == ["q0", "q1", "q2", "q3", "q4"]
+        assert [x["q"] for x in g["main_rows"]] == (["q0", "q1", "q2", "q3", "q4"] if r == 0 else [])
         assert g["describe"] == "backend gloo, world 2, timeout 3 min, collectives on cpu"
         assert g["closed"]
 

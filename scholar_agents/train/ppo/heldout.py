@@ -2,7 +2,7 @@
 ``eval pasa``'s code — crawler recall (gold papers in the queue) and crawler actions ([Search] + [Expand], Table 6).
 
 Every rank crawls its consecutive share of the queries (:func:`.tensors.split_even`) on its own engine; rank 0
-gathers the per-query rows in query order and summarises them: the same rows and metrics as one process crawling
+alone gathers the per-query rows and crawls in query order and summarises them: the same rows and metrics as one process crawling
 them all, in a ``world``-th of the time, and no rank waits alone for the whole split."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from scholar_agents.runtime import collectives
-from scholar_agents.train.ppo.tensors import gather_in_rank_order, split_even
+from scholar_agents.train.ppo.tensors import gather_to_main, split_even
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +40,9 @@ def evaluate_heldout(queries, store, search, env_cfg, crawler, tokenizer, rank: 
         results = agent.run(mine, progress=False)
         rows = agent_rows(results, mine, gold_in_store(mine, store))
         trajs = [t.to_dict() for r in results for t in r.trajectories]
-    rows = gather_in_rank_order(rows)
-    trajs = gather_in_rank_order(trajs)
+    # to rank 0 only: every rank's engine is awake here, and a copy of every crawl on each would cost host memory
+    rows = gather_to_main(rows)
+    trajs = gather_to_main(trajs)
     out: dict = {}
     if is_main:
         s = summarize({"crawler": rows})["crawler"]

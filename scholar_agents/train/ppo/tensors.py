@@ -84,6 +84,12 @@ def chunks(seq: Sequence, n: int) -> list:
     return [seq[i:i + n] for i in range(0, len(seq), n)]
 
 
+def gather_to_main(rows: list) -> list:
+    """Every process's ``rows`` concatenated in rank order on global rank 0; an empty list on the others."""
+    parts = collectives.gather_object(rows, dst=0)
+    return [r for part in parts for r in part] if parts is not None else []
+
+
 def gather_in_rank_order(rows: list) -> list:
     """Every rank's ``rows`` concatenated in rank order (each rank's share of :func:`split_even`, so: the original
     order). One object all-gather; at world size 1, ``rows`` itself."""
