@@ -494,7 +494,7 @@ class CrawlEnv:
                 if a.kind == SEARCH:
                     search_jobs.append((ar, a.argument, self.search_before(state.before), self.cfg.search_k))
                 elif sections[0].related:
-                    ar.found_by = RELATED
+                    ar.found_by, ar.searched = RELATED, sections[0].query
                     search_jobs.append((ar, sections[0].query, self.search_before(state.before), self.cfg.related_k))
                 else:
                     expand_jobs.append((ar, sess, [r for sec in sections for r in sec.references]))

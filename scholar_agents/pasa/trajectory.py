@@ -59,6 +59,7 @@ class ActionRecord:
     # the retriever that found ``added`` when it is not the action kind's usual one: "related" for an [Expand] of
     # a related search (crawler.env.related_expand); None = derived from ``kind`` (queue_provenance)
     found_by: Optional[str] = None
+    searched: Optional[str] = None  # the text a related search ran (its section name says "Key phrase: ...")
 
     @property
     def executed(self) -> bool:

@@ -114,3 +114,15 @@ def test_ppo_rollout_uses_the_same_predicate(world):
     c = store.get("C")
     assert starts_session(on, 1, c) and not starts_session(off, 1, c)
     assert not starts_session(on, 3, c)  # the depth limit still holds
+
+
+def test_the_users_words_are_searched_by_default_where_a_user_searches():
+    """`pasa search`, `pasa serve` and eval pasa's default agent row always search the user's words; the presets
+    (PPO, data generation) keep the learned policy alone."""
+    from scholar_agents.hydra_app import compose
+
+    for task in ("pasa_search", "pasa_serve"):
+        assert compose(task, []).crawler.env.search_user_query is True
+    rows = compose("eval_pasa", []).rows
+    assert [r.get("search_user_query") for r in rows if r.name == "agent"] == [True]
+    assert compose("train_crawler_ppo", []).crawler.env.search_user_query is False

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Related expansion against the search it wraps (docs/pasa.md "Related expansion: following what a crawl found"):
+# the default agent with and without crawler.env.related_expand, the gold-blind ceiling beside the hindsight teacher,
+# and the agent's ranked top 10 beside "search the user's words, then Selector re-rank" at the same number of papers,
+# on the shared corpus (needs ../shared), in both settings, on
+#   - the 100 held-out AutoScholarQuery dev queries (97 with gold in the corpus), original and multi_sentence forms;
+#   - the 33 requests rewritten by hand (scholar_agents/assets/researcher_requests/heldout_by_hand.jsonl).
+#
+#   nice -n 10 bash scripts/expand_vs_search.sh > outputs/expand_vs_search/run.log 2>&1
+#
+# Rows: search-only BM25 (and dense / hybrid where a dense index exists: date-filtered; whole corpus with
+# DENSE_WHOLE=1); agent (pasa search's default: adapter, grammar, the user's words searched, the Selector ranks)
+# with related expansion (agent_related) and without (agent); the gold-blind oracle (reads the gold, chooses only
+# among searches a policy could write, at MAX_SEARCHES searches) and the verified teacher (hindsight); search +
+# Selector re-rank at the related agent's number of papers per query (rerank_*). Budgets: crawler.env.max_actions
+# $MAX_ACTIONS, max_sessions $MAX_SESSIONS. AGENT_ROWS adds agent rows (e.g. an RL adapter:
+# "{name: agent_rl, method: agent, adapter: <dir>, fallback_search: true, search_user_query: true, related_expand: true}").
+# Every eval resumes (resume_dir): re-run the same command after an interruption.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-outputs/expand_vs_search}
+PY=${PY:-.venv/bin/python}
+DENSE_BEFORE=${DENSE_BEFORE:-2024-07-31}
+DENSE_WHOLE=${DENSE_WHOLE:-0}
+SETTINGS=${SETTINGS:-date_filtered whole_corpus}
+SETS=${SETS:-heldout by_hand}
+FORMS=${FORMS:-original,multi_sentence}
+MAX_ACTIONS=${MAX_ACTIONS:-6}
+MAX_SESSIONS=${MAX_SESSIONS:-4}
+MAX_SEARCHES=${MAX_SEARCHES:-4}
+HELD=${HELD:-scholar_agents/assets/crawler_adapter/heldout_qids.txt}
+DEV=${DEV:-../shared/data/queries/autoscholarquery_dev.jsonl}
+BY_HAND=scholar_agents/assets/researcher_requests/heldout_by_hand.jsonl
+[ -f "$DEV" ] || { echo "needs $DEV (the shared data)" >&2; exit 2; }
+export WANDB_MODE=${WANDB_MODE:-offline} TOKENIZERS_PARALLELISM=false
+mkdir -p "$OUT"
+"$PY" - "$DEV" "$HELD" "$OUT/heldout_queries.jsonl" <<'PYEOF'
+import json, sys
+from pathlib import Path
+dev, held, out = sys.argv[1:4]
+keep = set(Path(held).read_text().split())
+lines = [l for l in Path(dev).read_text().splitlines() if l.strip() and str(json.loads(l)["qid"]) in keep]
+Path(out).write_text("".join(l + "\n" for l in lines))
+print(f"{len(lines)} held-out queries -> {out}")
+PYEOF
+
+AGENT="{name: agent, method: agent, fallback_search: true, search_user_query: true, label: 'Agent (default, no related expansion)'}"
+RELATED="{name: agent_related, method: agent, fallback_search: true, search_user_query: true, related_expand: true, label: 'Agent + related expansion'}"
+ORACLE="{name: oracle, method: gold_blind_oracle, max_searches: $MAX_SEARCHES, label: 'Gold-blind oracle (reachable ceiling)'}"
+TEACHER="{name: teacher, method: verified_teacher, label: 'Verified teacher (hindsight, not reachable)'}"
+for set in $SETS; do
+  if [ "$set" = heldout ]; then QPATH="$OUT/heldout_queries.jsonl"; PHR=("phrasings=[$FORMS]"); else QPATH=$BY_HAND; PHR=(); fi
+  for setting in $SETTINGS; do
+    if [ "$setting" = date_filtered ] || [ "$DENSE_WHOLE" = 1 ]; then
+      BEFORE=$DENSE_BEFORE; [ "$setting" = whole_corpus ] && BEFORE=null
+      SEARCH=(search=auto search.dense_before="$BEFORE")
+      ROWS="{name: search_bm25, method: search, search: bm25},{name: search_hybrid, method: search, search: hybrid},"
+      ROWS+="{name: rerank_hybrid, method: search_rerank, search: hybrid, budget_of: agent_related, label: 'hybrid + Selector re-rank (equal papers)'},"
+    else
+      SEARCH=(search=bm25)
+      ROWS="{name: search_bm25, method: search, search: bm25},"
+    fi
+    ROWS+="$AGENT,$RELATED,{name: rerank_bm25, method: search_rerank, search: bm25, budget_of: agent_related, label: 'BM25 + Selector re-rank (equal papers)'},$ORACLE,$TEACHER"
+    [ -n "${AGENT_ROWS:-}" ] && ROWS+=",$AGENT_ROWS"
+    DIR="$OUT/$set/$setting"; mkdir -p "$DIR"
+    "$PY" -m scholar_agents eval pasa papers=shared_corpus queries.path="$QPATH" "${SEARCH[@]}" setting="$setting" \
+      crawler.env.max_actions="$MAX_ACTIONS" crawler.env.max_sessions="$MAX_SESSIONS" chunk_queries=10 \
+      resume_dir="$DIR" "${PHR[@]}" "rows=[$ROWS]" "$@"
+    echo "report: $DIR/report.md"
+  done
+done
