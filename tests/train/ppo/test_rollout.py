@@ -302,3 +302,26 @@ def test_shared_rounds_then_per_member_rounds_under_the_action_grammar(toy, tiny
             mine = [r for r, t in zip(recs, tags) if t == c]
             assert mine[0].start_state == "S_q" and all(r.start_state == "S_q+p" for r in mine[1:])
     assert stats["sessions_round0"] == g_size * len(GROUP_QUERIES)
+
+
+def test_related_expansion_sessions_in_the_sampling_scheme(toy):
+    """crawler.env.related_expand: PPO's A.2 sampling gives sectionless search hits expand sessions too (the same
+    gets_session rule as the environment); a related [Expand] is a step whose papers say found_by=related, and the
+    papers it adds are bootstrap children when they would get a session of their own."""
+    store, search = toy
+    env = _env(store, search, related_expand=True, related_k=2, max_actions=30, max_queue=100)
+    policy = ScriptedPolicy("[Search] graph neural networks molecules [Stop]", "[Expand] Title [Stop]")
+    records, stats = collect_sessions(env, Crawler(policy, CrawlerConfig()), [QUERY], [6], random.Random(0))
+    round1 = [r for r in records if r.depth == 1]
+    sectionless = [r for r in round1 if not store.get(r.paper_id).sections]
+    assert sectionless, "a sectionless search hit should have been sampled for an expand session"
+    for r in sectionless:
+        [title, stop] = r.actions
+        assert title.status == "executed" and title.found_by == "related" and title.searched
+    [sample] = [s for s in build_samples(records, env, gold_sets([QUERY]), None, RewardConfig(use_selector=False))
+                if s.record.session_id == sectionless[0].session_id]
+    assert sample.steps[0].found_by == "related"
+    assert sample.steps[0].children == [p for p in sectionless[0].actions[0].added]  # depth 2 < 3: all get sessions
+    off = _env(store, search)
+    records_off, _ = collect_sessions(off, Crawler(policy, CrawlerConfig()), [QUERY], [6], random.Random(0))
+    assert all(store.get(r.paper_id).sections for r in records_off if r.depth == 1)
