@@ -12,6 +12,7 @@ import sys
 # (group, command) -> ("module:function", root config name, one-line description)
 COMMANDS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("papers", "build"): ("scholar_agents.papers.commands:build", "papers_build", "load corpus files into the paper store and build search indexes"),
+    ("papers", "prepare"): ("scholar_agents.pasa.commands:prepare", "papers_prepare", "build the paper store and search index `train crawler_ppo <the same overrides>` reads, once, before its ranks start (they then open them writing nothing)"),
     ("papers", "search"): ("scholar_agents.papers.commands:search", "papers_search", "search the paper store (BM25 / dense / hybrid, before-date filter)"),
     ("train", "selector_sft"): ("scholar_agents.train.selector_sft:selector_sft", "train_selector_sft", "fine-tune the PaSa Selector on chat SFT pairs (TRL, answer-only loss, full or LoRA)"),
     ("train", "selector_lexical"): ("scholar_agents.train.selector_lexical:selector_lexical", "train_selector_lexical", "fit the lexical Selector (a logistic regression over BM25 / coverage / bigram features, C and threshold chosen on a dev split) on labelled pairs"),

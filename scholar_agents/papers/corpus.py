@@ -45,6 +45,11 @@ class PapersConfig:
     resolve_references: bool = True  # map cited titles to stored papers after loading (see PaperStore)
     title_min_score: float = 90.0  # fuzzy title match threshold (0-100) for that
     rebuild_store: bool = False  # reload every source even if the store was built from the same files
+    # Whether this process opens a store and indexes built before it started, writing nothing and taking no lock
+    # (immutable SQLite, no index build): the ranks of a multi-process job on a shared file system, after the job's
+    # first step (`scholar papers prepare`) built them. true: refused in one line when they are not built; null:
+    # when WORLD_SIZE > 1 and they are built (else every rank builds under the file locks, as one process does).
+    prebuilt: bool | None = None
 
 
 def to_papers_config(cfg: PapersConfig | DictConfig | dict) -> PapersConfig:
@@ -61,6 +66,23 @@ def _source_signature(src: CorpusSource) -> dict[str, Any] | None:
     return {"format": src.format, "path": str(p.resolve()),
             "files": [[str(f.relative_to(p)) if p.is_dir() else f.name, f.stat().st_size, int(f.stat().st_mtime)]
                       for f in files]}
+
+
+def prebuilt_store_problem(cfg: PapersConfig) -> str | None:
+    """Why ``cfg.store`` is not a finished build of ``cfg.sources`` (None when it is), read without writing: the
+    store opened immutable, the sources only stat-ed."""
+    store_path = Path(cfg.store)
+    if not store_path.is_file():
+        return f"papers.store={store_path} does not exist"
+    try:
+        with PaperStore(store_path, immutable=True) as store:
+            built_from = store.get_meta("sources")
+    except Exception as e:  # noqa: BLE001 — a half-written or foreign file: not a finished build
+        return f"papers.store={store_path} cannot be read ({e})"
+    wanted = json.dumps([_source_signature(src) for src in cfg.sources], sort_keys=True)
+    if built_from != wanted:
+        return f"papers.store={store_path} was not built from papers={cfg.name}'s sources as they are now"
+    return None
 
 
 def build_store(cfg: PapersConfig, progress: bool = True) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from scholar_agents.papers.live.arxiv_api import ArxivApiConfig
 from scholar_agents.papers.live.semantic_scholar import SemanticScholarConfig
 from scholar_agents.papers.online import OnlineSearch, OnlineSearchConfig
 from scholar_agents.papers.search_base import SearchBackend
+from scholar_agents.validation import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,18 @@ def _write_atomically(d: Path, write: Callable[[Path], None], manifest: dict[str
     tmp.rename(d)
 
 
-def _bm25(cfg: SearchConfig, docs: DatedDocs, texts: list[str], index_dir: Path, info: dict, progress: bool):
+class IndexNotBuilt(UsageError):
+    """A process that must not build (``build=False``: the ranks of a job whose first step built the indexes)
+    found an index missing or stale."""
+
+
+def _not_built(d: Path) -> IndexNotBuilt:
+    return IndexNotBuilt(f"the search index {d} is missing or was built from another store or settings: build it "
+                         f"before the ranks start (`scholar papers prepare <the run's overrides>`)")
+
+
+def _bm25(cfg: SearchConfig, docs: DatedDocs, texts: list[str], index_dir: Path, info: dict, progress: bool,
+          build: bool = True):
     d = index_dir / "bm25"
     params = {"method": cfg.bm25_method, "k1": cfg.bm25_k1, "b": cfg.bm25_b, "stopwords": cfg.bm25_stopwords,
               "stemmer": cfg.bm25_stemmer}
@@ -159,6 +171,8 @@ def _bm25(cfg: SearchConfig, docs: DatedDocs, texts: list[str], index_dir: Path,
         backend = BM25Search.load(d, docs)
         info["bm25"] = {"status": "loaded", "seconds": time.perf_counter() - t}
         return backend
+    if not build:
+        raise _not_built(d)
     backend = BM25Search.build(docs, texts, k1=cfg.bm25_k1, b=cfg.bm25_b, method=cfg.bm25_method,
                                stopwords=cfg.bm25_stopwords, stemmer=cfg.bm25_stemmer, progress=progress)
     _write_atomically(d, backend.save, manifest)
@@ -168,7 +182,7 @@ def _bm25(cfg: SearchConfig, docs: DatedDocs, texts: list[str], index_dir: Path,
 
 
 def _embeddings(cfg: SearchConfig, docs: DatedDocs, texts: list[str], embedder, index_dir: Path, info: dict,
-                progress: bool) -> tuple[np.ndarray, dict[str, Any]]:
+                progress: bool, build: bool = True) -> tuple[np.ndarray, dict[str, Any]]:
     """Document vectors in ``docs`` order: the index's own cache when its fingerprint matches, else assembled
     from the embedding pool (vectors of unchanged papers are reused, whatever their position) plus encoding
     of what is missing, chunk by chunk into the pool (an interrupted encoding resumes)."""
@@ -183,6 +197,8 @@ def _embeddings(cfg: SearchConfig, docs: DatedDocs, texts: list[str], embedder, 
         if key is None:
             log.info("no embedder given: using cached embeddings of %s", saved.get("embedder"))
         return vectors, saved["embedder"]
+    if not build:
+        raise _not_built(d)
     if embedder is None:
         raise RuntimeError(f"the dense index in {index_dir} is missing or stale and no embedder was given to build it")
     t = time.perf_counter()
@@ -225,7 +241,7 @@ def _embeddings(cfg: SearchConfig, docs: DatedDocs, texts: list[str], embedder, 
 
 
 def _dense(cfg: SearchConfig, docs: DatedDocs, texts: list[str], embedder, index_dir: Path, info: dict,
-           progress: bool) -> DenseSearch:
+           progress: bool, build: bool = True) -> DenseSearch:
     if cfg.faiss_index not in INDEX_TYPES:
         raise ValueError(f"faiss_index must be one of {INDEX_TYPES}, got {cfg.faiss_index!r}")
     if cfg.dense_before is not None:
@@ -233,7 +249,7 @@ def _dense(cfg: SearchConfig, docs: DatedDocs, texts: list[str], embedder, index
         texts = texts[:len(docs)]
         log.info("dense index limited to the %d papers published before %s (search.dense_before)", len(docs),
                  docs.covers_before)
-    vectors, key = _embeddings(cfg, docs, texts, embedder, index_dir, info, progress)
+    vectors, key = _embeddings(cfg, docs, texts, embedder, index_dir, info, progress, build)
     t = time.perf_counter()
     if cfg.faiss_index == "flat":
         index = build_faiss_index(vectors, "flat")
@@ -246,6 +262,8 @@ def _dense(cfg: SearchConfig, docs: DatedDocs, texts: list[str], embedder, index
         if not cfg.rebuild and _read_manifest(d) == manifest:
             index = DenseSearch.read_index(d, cfg.faiss_index)
             status = "loaded"
+        elif not build:
+            raise _not_built(d)
         else:
             index = build_faiss_index(vectors, cfg.faiss_index, ivf_nlist=cfg.ivf_nlist, hnsw_m=cfg.hnsw_m,
                                       hnsw_ef_construction=cfg.hnsw_ef_construction)
@@ -281,8 +299,11 @@ def resolve_kind(cfg: SearchConfig | DictConfig | dict | None, n_papers: int,
 
 
 def load_or_build_search(cfg: SearchConfig | DictConfig | dict | None, store, embedder=None,
-                         index_dir: str | Path | None = None, progress: bool = False) -> SearchBackend:
+                         index_dir: str | Path | None = None, progress: bool = False,
+                         build: bool = True) -> SearchBackend:
     """The configured backend over ``store``, loading persisted indexes from ``index_dir`` when they match.
+    ``build=False``: load only, writing nothing and taking no lock (an index missing or stale is
+    :class:`IndexNotBuilt`): the ranks of a job whose first step built the indexes, on any file system.
 
     ``embedder`` is needed to build a dense index and to encode text queries; a dense index reloads without one
     (then only ``DenseSearch.search_vectors`` works). The returned backend carries ``build_info``: what was loaded
@@ -318,7 +339,8 @@ def load_or_build_search(cfg: SearchConfig | DictConfig | dict | None, store, em
     if index_dir is None:
         raise ValueError("local search needs an index_dir to persist its indexes")
     index_dir = Path(index_dir)
-    index_dir.mkdir(parents=True, exist_ok=True)
+    if build:
+        index_dir.mkdir(parents=True, exist_ok=True)
     names = list(cfg.hybrid_components) if cfg.kind == "hybrid" else [cfg.kind]
     for n in names:
         if n not in ("bm25", "dense"):
@@ -333,16 +355,17 @@ def load_or_build_search(cfg: SearchConfig | DictConfig | dict | None, store, em
                                           "seconds": time.perf_counter() - t}}
     built: dict[str, SearchBackend] = {}
     for n in names:
-        with index_lock(index_dir, n):
+        with index_lock(index_dir, n) if build else contextlib.nullcontext():
             if n == "bm25":
-                built[n] = _bm25(cfg, docs, texts, index_dir, info, progress)
+                built[n] = _bm25(cfg, docs, texts, index_dir, info, progress, build)
             else:
-                built[n] = _dense(cfg, docs, texts, embedder, index_dir, info, progress)
+                built[n] = _dense(cfg, docs, texts, embedder, index_dir, info, progress, build)
     if cfg.kind == "hybrid":
         backend = HybridSearch([built[n] for n in names], rrf_k=cfg.rrf_k, depth=cfg.rrf_depth,
                                weights=cfg.hybrid_weights)
     else:
         backend = built[cfg.kind]
     backend.build_info = info  # type: ignore[attr-defined]
-    (index_dir / "search_config.json").write_text(json.dumps(asdict(cfg), indent=1))
+    if build:
+        (index_dir / "search_config.json").write_text(json.dumps(asdict(cfg), indent=1))
     return backend

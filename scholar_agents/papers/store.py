@@ -91,14 +91,16 @@ class PaperStoreError(RuntimeError):
 class PaperStore:
     """``PaperStore(path)`` opens (or creates) the store; ``readonly=True`` never writes and requires the file."""
 
-    def __init__(self, path: str | Path, readonly: bool = False):
+    def __init__(self, path: str | Path, readonly: bool = False, immutable: bool = False):
         self.path = Path(path)
-        self.readonly = readonly
+        self.readonly = readonly = readonly or immutable
         self._lock = threading.RLock()
         if readonly:
             if not self.path.exists():
                 raise FileNotFoundError(f"paper store {self.path} does not exist (build it with `scholar papers build`)")
-            uri = f"file:{self.path.resolve()}?mode=ro"
+            # immutable: a finished build nobody writes any more (the ranks of a job on a shared file system): no
+            # lock, no -wal / -shm file, so it works on a read-only mount and under per-node (localflock) locks
+            uri = f"file:{self.path.resolve()}?mode=ro" + ("&immutable=1" if immutable else "")
             self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,6 @@
 """``scholar pasa search``: the end-to-end PaSa agent on one query or a query file (the pieces it runs on are
-built by :class:`scholar_agents.pasa.resources.Resources`)."""
+built by :class:`scholar_agents.pasa.resources.Resources`); ``scholar papers prepare``: those pieces' store and
+search index, built once before the ranks of a training job start."""
 
 from __future__ import annotations
 
@@ -51,3 +52,18 @@ def search(cfg: DictConfig) -> dict:
         log.info("live backends: %s", json.dumps(live))
     log.info("results: %s", out / "results.json")
     return {"output_dir": str(out), "results": payload, **({"live": live} if live else {})}
+
+
+def prepare(cfg: DictConfig) -> dict:
+    """``scholar papers prepare <the overrides of train crawler_ppo>`` (root ``papers_prepare`` = that run's config):
+    build the paper store and the search index the run reads, in one process, before its ranks start
+    (slurm/crawler_ppo.sbatch's first step); the ranks then open them as a finished build (``papers.prebuilt``)."""
+    cfg.papers.prebuilt = False  # this process is the one that builds
+    res = Resources(cfg)
+    backend = res.search()
+    report = {"store": res.build_info, "index_dir": res.index_dir, "index": getattr(backend, "build_info", {})}
+    parts = [f"{k}: {v['status']}" for k, v in report["index"].items() if isinstance(v, dict) and "status" in v]
+    print(f"paper store {res.cfg.papers.store} ({len(res.store)} papers) [{res.build_info.get('status')}]; search "
+          f"index {res.index_dir}: {', '.join(parts) or 'none'}; the ranks open them with papers.prebuilt=true")
+    res.store.close()
+    return report

@@ -76,6 +76,28 @@ def _cuda_visible(devices: Optional[list[str]]):
             os.environ["CUDA_VISIBLE_DEVICES"] = saved
 
 
+def prebuilt_corpus(pcfg) -> bool:
+    """Whether this process opens the store (and the search indexes) as a finished build, writing nothing and
+    taking no file lock (``papers.prebuilt``; null = when WORLD_SIZE > 1 and the store is built). Every rank
+    building under the store's ``flock`` and opening it read-write is unsafe where locks are per node (Lustre
+    ``localflock``) and SQLite's WAL across hosts; ``scholar papers prepare`` builds them once, before the ranks."""
+    from scholar_agents.papers.corpus import prebuilt_store_problem
+    from scholar_agents.validation import UsageError
+
+    if pcfg.prebuilt is False or (pcfg.prebuilt is None and int(os.environ.get("WORLD_SIZE") or 1) <= 1):
+        return False
+    problem = prebuilt_store_problem(pcfg)
+    if problem is None:
+        log.info("paper store %s: a finished build, opened immutable (no lock, nothing written)", pcfg.store)
+        return True
+    if pcfg.prebuilt:
+        raise UsageError(f"papers.prebuilt=true but {problem}: build it before the ranks start "
+                         f"(`scholar papers prepare <the run's overrides>`)")
+    log.warning("%s: every rank builds it under the store's file lock (unsafe where locks are per node, e.g. Lustre "
+                "localflock: run `scholar papers prepare` first, docs/cluster.md)", problem)
+    return False
+
+
 class Resources:
     """What a PaSa command needs, built lazily from its config and shared: one store, one search backend per
     kind, one LLM per model (the Crawler and the Selector share it when their configs are equal)."""
@@ -85,10 +107,13 @@ class Resources:
         from scholar_agents.papers.store import PaperStore
 
         self.cfg = cfg
-        # Reuses the store when it already holds exactly the configured sources (builds it on first use).
         # (resolved first: ${paths...} interpolations need the root config)
-        self.build_info = build_store(to_papers_config(OmegaConf.to_container(cfg.papers, resolve=True)),
-                                      progress=True)
+        pcfg = to_papers_config(OmegaConf.to_container(cfg.papers, resolve=True))
+        self.prebuilt = prebuilt_corpus(pcfg)
+        # Otherwise: reuses the store when it already holds exactly the configured sources (builds it on first use).
+        self.build_info = ({"store": str(pcfg.store), "status": "prebuilt"} if self.prebuilt
+                           else build_store(pcfg, progress=True))
+        self._prebuilt_asked = pcfg.prebuilt
         self.index_dir = str(cfg.papers.index_dir)
         if self.live:
             from scholar_agents.papers.live.store import open_live_store
@@ -97,7 +122,7 @@ class Resources:
             self.store = open_live_store(cfg.papers.store, cfg.papers.live_store)
             self.index_dir += "+live"  # a local row over the live store must not overwrite the corpus' indexes
         else:
-            self.store = PaperStore(cfg.papers.store, readonly=True)
+            self.store = PaperStore(cfg.papers.store, readonly=True, immutable=self.prebuilt)
         if len(self.store) == 0:
             raise ValueError(f"the paper store {cfg.papers.store} is empty: build it with `scholar papers build`")
         self._fulltext = None
@@ -151,8 +176,18 @@ class Resources:
         if key in LIVE_KINDS or key == "online":  # an eval row's live kind under another preset: still cached
             _default_cache(scfg, key, self.cfg.paths.cache_dir)
         if key not in self._search:
+            from scholar_agents.papers.index import IndexNotBuilt
+
             embedder = self.embedder() if key in ("dense", "hybrid") else None
-            self._search[key] = load_or_build_search(scfg, self.store, embedder, self.index_dir, progress=True)
+            try:
+                self._search[key] = load_or_build_search(scfg, self.store, embedder, self.index_dir, progress=True,
+                                                         build=not self.prebuilt)
+            except IndexNotBuilt as e:
+                if self._prebuilt_asked:  # papers.prebuilt=true: one line
+                    raise
+                log.warning("%s; this rank builds it under the index's file lock (docs/cluster.md \"The paper store "
+                            "and indexes on a shared file system\")", e)
+                self._search[key] = load_or_build_search(scfg, self.store, embedder, self.index_dir, progress=True)
         return self._search[key]
 
     def resolved_search_kind(self) -> str:

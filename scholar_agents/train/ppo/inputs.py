@@ -3,10 +3,12 @@
 paper store and search backend, the Selector (Eq. 2's reward model), the training and held-out queries and, for a
 known-answer task, its answer. The trainer takes a finished :class:`PPOInputs` and reads no ``DictConfig``.
 
-The store and search indexes are built here, BEFORE the trainer starts the process group, so no rank waits in a
-collective (NCCL's watchdog) while another builds: every rank opens them, the first builds under the store's and
-each index's file lock (papers/corpus.py, papers/index.py) and the others wait on that lock, then load the finished
-build read-only. The rank's GPU is selected first so that an embedder or the Selector lands on it."""
+The store and search indexes are opened here, BEFORE the trainer starts the process group, so no rank waits in a
+collective (NCCL's watchdog) while another builds. A job's first step builds them (`scholar papers prepare`) and
+every rank opens that finished build writing nothing and taking no lock (``papers.prebuilt``, pasa/resources.py);
+without that step, the first rank builds under the store's and each index's file lock (papers/corpus.py,
+papers/index.py) and the others wait on it, which is safe only where those locks are cluster-wide. The rank's GPU is
+selected first so that an embedder or the Selector lands on it."""
 
 from __future__ import annotations
 

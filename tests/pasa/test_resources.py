@@ -1,0 +1,64 @@
+"""``pasa/resources.py``: the paper store and search index as the ranks of a multi-process job open them. Built
+once before the ranks start (``scholar papers prepare``), they are opened writing nothing and taking no file lock,
+so they work on a read-only mount and where locks are per node (Lustre ``localflock``)."""
+
+import os
+import shutil
+import stat
+
+import pytest
+
+from scholar_agents.hydra_app import compose
+from scholar_agents.pasa.commands import prepare
+from scholar_agents.pasa.resources import Resources
+from scholar_agents.validation import UsageError
+
+
+def _tree(root):
+    """Every entry under ``root`` with its size, mtime and mode: what a write (or a lock file) would change."""
+    out = {}
+    for d, dirs, files in os.walk(root):
+        for name in dirs + files:
+            st = os.stat(os.path.join(d, name))
+            out[os.path.relpath(os.path.join(d, name), root)] = (st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode))
+    return out
+
+
+def _read_only(root):
+    for d, dirs, files in os.walk(root):
+        for name in files:
+            os.chmod(os.path.join(d, name), 0o444)
+    for d, dirs, _ in sorted(os.walk(root), key=lambda t: -len(t[0])):  # deepest first
+        os.chmod(d, 0o555)
+
+
+def test_ranks_open_the_prepared_store_and_index_writing_nothing_on_a_read_only_copy(sample_store, sample_papers_cfg,
+                                                                                    tmp_path, monkeypatch):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shutil.copy(sample_papers_cfg.papers.store, shared / "sample.sqlite")  # what `scholar papers build` wrote
+    overrides = ["papers=sample", f"papers.store={shared}/sample.sqlite", f"papers.index_dir={shared}/index",
+                 "search=bm25", f"paths.output_dir={tmp_path}/run"]
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    report = prepare(compose("papers_prepare", overrides))  # the job's first step: one process builds
+    assert report["store"]["status"] == "reused" and report["index"]["bm25"]["status"] == "built"
+    _read_only(shared)
+    before = _tree(shared)
+    try:
+        monkeypatch.setenv("WORLD_SIZE", "2")  # a rank of a 2-process job: papers.prebuilt=null decides
+        res = Resources(compose("train_crawler_ppo", overrides))
+        assert res.prebuilt and res.build_info["status"] == "prebuilt"
+        hits = res.search().search("graph neural networks for molecules", k=5)
+        assert len(hits) == 5 and res.store.get(hits[0].paper_id) is not None
+        res.store.close()
+        assert _tree(shared) == before  # no lock file, no -wal / -shm, no search_config.json, no mtime moved
+        # papers.prebuilt=true where nothing was prepared: one line naming the step that builds it
+        monkeypatch.setenv("WORLD_SIZE", "1")
+        with pytest.raises(UsageError, match=r"build it before the ranks start \(`scholar papers prepare"):
+            res = Resources(compose("train_crawler_ppo", [*overrides[:2], f"papers.index_dir={tmp_path}/none",
+                                                          *overrides[3:], "papers.prebuilt=true"]))
+            res.search()
+        assert _tree(shared) == before
+    finally:
+        for d, dirs, files in os.walk(shared):
+            os.chmod(d, 0o755)
