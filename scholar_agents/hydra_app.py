@@ -105,6 +105,7 @@ def task_environment(cfg: DictConfig):
     refusal = cuda_refusal(cfg)
     if refusal:
         raise UsageError(refusal)
+    check_schemas(cfg)
     keys = (*TORCH_DIST_VARS, *NETWORK_VARS, "WANDB_MODE")
     saved = {k: os.environ.get(k) for k in keys}
     try:
@@ -122,6 +123,30 @@ def task_environment(cfg: DictConfig):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def check_schemas(cfg: DictConfig) -> None:
+    """Every config group of the composed config that has one schema (config_schemas.SCHEMAS), converted to its
+    dataclass before the task starts: a value its ``__post_init__`` refuses (``ppo.estimator=foo``,
+    ``crawler.env.max_actions=-1``) ends the command in one line before any model, index or crawl is loaded, not
+    when the task reaches that group. What the conversion cannot judge on its own is left to the task."""
+    from scholar_agents.config_schemas import SCHEMAS
+    from scholar_agents.typed_config import typed
+    from scholar_agents.validation import UsageError
+
+    by_group: dict[str, list] = {}
+    for group, _, cls in SCHEMAS:
+        by_group.setdefault(group, []).append(cls)
+    for group, classes in by_group.items():
+        node = cfg.get(group) if isinstance(cfg, DictConfig) and len(classes) == 1 else None
+        if not isinstance(node, DictConfig):
+            continue
+        try:
+            typed(classes[0], node, group)
+        except UsageError as e:
+            raise UsageError(f"{group}: {e}" if not str(e).startswith(f"{group}.") else str(e)) from e
+        except Exception as e:  # an interpolation only the task's context resolves: the task converts it itself
+            log.debug("schema check of %s skipped (%s: %s)", group, type(e).__name__, e)
 
 
 @contextmanager

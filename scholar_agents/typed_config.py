@@ -3,7 +3,8 @@
 Every command and builder converts the composed ``DictConfig`` (a group such as ``cfg.ppo``) to its dataclass here,
 once, where it starts: interpolations are always resolved first (``${paths...}`` needs the root config the node came
 from, which a detached copy no longer has), and a key the dataclass lacks fails with its name and the valid keys
-instead of OmegaConf's generic error."""
+instead of OmegaConf's generic error. A value the dataclass refuses is a
+:class:`~scholar_agents.validation.UsageError`: the command ends in one line, exit 2."""
 
 from __future__ import annotations
 
@@ -28,8 +29,15 @@ def typed(cls: type[T], node: Any, what: str | None = None) -> T:
         node = OmegaConf.to_container(OmegaConf.structured(node), resolve=True)
     else:
         node = dict(node)
+    from scholar_agents.validation import UsageError
+
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(node) - known)
     if unknown:
-        raise ValueError(f"unknown {what or cls.__name__} keys {unknown}; valid keys: {sorted(known)}")
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), node))  # type: ignore[return-value]
+        raise UsageError(f"unknown {what or cls.__name__} keys {unknown}; valid keys: {sorted(known)}")
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), node))  # type: ignore[return-value]
+    except ValueError as e:
+        # a value the dataclass refuses (its __post_init__, or OmegaConf's type check) is what the user configured:
+        # one line naming it, not a traceback (OmegaConf's own message spans several lines: its first says it)
+        raise UsageError(str(e).strip().splitlines()[0] if str(e).strip() else repr(e)) from e

@@ -24,6 +24,7 @@ def scholar(tmp_path, *args, env=None):
 def bad_files(tmp_path_factory):
     d = tmp_path_factory.mktemp("bad_inputs")
     (d / "malformed.jsonl").write_text('{"question": "gnn", "qid": "a"}\n{"question": "x", broken\n')
+    (d / "empty.jsonl").write_text("")
     (d / "bad_date.jsonl").write_text('{"question": "gnn", "qid": "a", "source_meta": {"published_time": "20231345"}}\n')
     return d
 
@@ -73,6 +74,16 @@ CASES = [
      "knowledge[0]='{d}/nope.jsonl.gz': no such file"),
     (["scipip", "ideas", "scipip.store_path={d}/nope.sqlite"], "no such paper store; build one with `scholar papers"),
     (["scipip", "build_db", "scipip.store_path={d}/nope.sqlite"], "no such paper store"),
+    # a value a config dataclass refuses (its __post_init__), checked for every schema'd group before the task runs
+    (["train", "crawler_ppo", "ppo.estimator=foo"], "ppo.estimator must be one of ('paper_mc', 'gae', 'grpo', 'rloo')"),
+    (["pasa", "search", "query=gnn", "crawler.env.max_actions=-1"], "max_actions must be >= 0 or null, got -1"),
+    (["eval", "pasa", "crawler.env.max_actions=-1"], "max_actions must be >= 0 or null, got -1"),
+    # values that used to fail only after the work: checked before the store, the index or the first crawl
+    (["eval", "pasa", "ks=[10,20,50,100]"], "ks=[10, 20, 50, 100]: the rows report recall at [20, 50, 100] only"),
+    (["eval", "pasa", "queries.path={d}/empty.jsonl"], "no query with gold papers (answer_arxiv_id) to evaluate"),
+    (["pasa", "search", "queries.path={d}/empty.jsonl"], "empty.jsonl': no query in it"),
+    (["train", "crawler_ppo", "queries.train.path={d}/empty.jsonl"], "empty.jsonl': no training query in it"),
+    (["train", "crawler_ppo", "crawler.env.fallback_search=true"], "crawler.env.fallback_search=true cannot be used"),
 ]
 
 

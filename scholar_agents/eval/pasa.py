@@ -199,12 +199,17 @@ def pasa(cfg: DictConfig) -> dict:
     from scholar_agents.pasa.resources import Resources
     from scholar_agents.eval.pasa_plots import metrics_bars, recall_vs_actions
 
+    from scholar_agents.eval.pasa_metrics import RECALL_KS
     from scholar_agents.validation import (
-        check_queries_group, existing_dir, positive_int, positive_ints, reading,
+        UsageError, check_queries_group, existing_dir, positive_int, positive_ints, reading,
     )
 
     check_queries_group(cfg.queries)
     positive_ints(cfg.ks, "ks")
+    unknown = sorted(set(int(k) for k in cfg.ks) - set(RECALL_KS))
+    if unknown:  # every row's recall@k columns are RECALL_KS: another k would fail in the report, after the crawls
+        raise UsageError(f"ks={list(cfg.ks)}: the rows report recall at {list(RECALL_KS)} only, not at {unknown}; "
+                         f"choose among those, e.g. ks=[20,50]")
     positive_int(cfg.chunk_queries, "chunk_queries", "queries per chunk")
     out = existing_dir(cfg.resume_dir, "resume_dir") if cfg.get("resume_dir") else run_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
@@ -212,7 +217,7 @@ def pasa(cfg: DictConfig) -> dict:
         queries = load_queries(cfg.queries)
     queries = [q for q in queries if q.gold_ids]
     if not queries:
-        raise ValueError(f"{cfg.queries.path}: no query with gold papers (answer_arxiv_id) to evaluate")
+        raise UsageError(f"queries.path={cfg.queries.path!r}: no query with gold papers (answer_arxiv_id) to evaluate")
     settings = settings_of(cfg.get("setting"), bool(cfg.crawler.env.get("search_date_filter", True)))
     specs = row_specs(cfg.rows, settings, cfg.get("phrasings"))
     res = Resources(cfg)

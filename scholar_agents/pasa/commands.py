@@ -34,6 +34,9 @@ def search(cfg: DictConfig) -> dict:
         check_queries_group(cfg.queries)
         with reading("queries.path", cfg.queries.path):
             queries = load_queries(cfg.queries)
+        if not queries:
+            raise UsageError(f"queries.path={cfg.queries.path!r}: no query in it (offset "
+                             f"{cfg.queries.get('offset')}, limit {cfg.queries.get('limit')})")
     else:
         raise UsageError('give query="<your question>" (and optionally before=YYYY-MM-DD) or queries.path=<file>')
     res = res or Resources(cfg)

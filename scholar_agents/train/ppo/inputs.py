@@ -76,19 +76,25 @@ def build_ppo_inputs(cfg: DictConfig) -> PPOInputs:
     import torch
 
     from scholar_agents.pasa.resources import Resources
+    from scholar_agents.validation import UsageError, reading
 
     p = typed(PPOConfig, cfg.ppo, "ppo")
     env = typed(CrawlConfig, cfg.crawler.env, "crawler.env")
     for switch in ("fallback_search", "search_user_query"):  # the environment's searches, not sampled actions
         if getattr(env, switch):
-            raise ValueError(f"crawler.env.{switch}=true cannot be used for PPO: a search of the user's query by "
+            raise UsageError(f"crawler.env.{switch}=true cannot be used for PPO: a search of the user's query by "
                              "the environment is not an action of the policy (no tokens, no log-prob). Train "
                              f"with crawler.env.{switch}=false")
-    train_queries = train_phrasings(load_queries(cfg.queries.train), cfg.queries.train.get("phrasings"))
-    eval_queries = [q for q in load_queries(cfg.queries.eval) if q.gold_ids]
+    with reading("queries.train.path", cfg.queries.train.path):
+        train_queries = train_phrasings(load_queries(cfg.queries.train), cfg.queries.train.get("phrasings"))
+    if not train_queries:
+        raise UsageError(f"queries.train.path={cfg.queries.train.path!r}: no training query in it (offset "
+                         f"{cfg.queries.train.get('offset')}, limit {cfg.queries.train.get('limit')})")
+    with reading("queries.eval.path", cfg.queries.eval.path):
+        eval_queries = [q for q in load_queries(cfg.queries.eval) if q.gold_ids]
     overlap = {q.qid for q in train_queries} & {q.qid for q in eval_queries}
     if overlap:
-        raise ValueError(f"{len(overlap)} queries are both training and held-out queries (e.g. "
+        raise UsageError(f"{len(overlap)} queries are both training and held-out queries (e.g. "
                          f"{sorted(overlap)[:3]}): set queries.train / queries.eval to disjoint ranges")
     if torch.cuda.is_available() and "LOCAL_RANK" in os.environ:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) % max(torch.cuda.device_count(), 1))
