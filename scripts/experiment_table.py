@@ -134,8 +134,12 @@ def summary(cfg: DictConfig) -> dict[str, object]:
                           + f"; forward {value(cfg, 'ppo.forward_batch_size')} x accumulation "
                             f"{value(cfg, 'ppo.grad_accum')}"),
                 "lr": value(cfg, "ppo.lr"), "alpha": value(cfg, "ppo.alpha"),
-                "steps": f"{value(cfg, 'ppo.total_steps')} ({value(cfg, 'ppo.policy_freeze_steps')} policy frozen), "
-                         f"{value(cfg, 'ppo.ppo_epochs')} epochs/step"}
+                # grpo/rloo have no value model to warm up: the trainer forces policy_freeze_steps to 0
+                "steps": f"{value(cfg, 'ppo.total_steps')} ("
+                         + ("policy trained from step 1, no value warm-up"
+                            if value(cfg, 'ppo.estimator') in ("grpo", "rloo")
+                            else f"{value(cfg, 'ppo.policy_freeze_steps')} policy frozen")
+                         + f"), {value(cfg, 'ppo.ppo_epochs')} epochs/step"}
     elif "llm" in cfg and "sft" not in cfg:
         out["model"] = value(cfg, "llm.model")
         tp, dp = value(cfg, "llm.tensor_parallel_size"), value(cfg, "llm.data_parallel_size")

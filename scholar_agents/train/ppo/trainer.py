@@ -47,6 +47,7 @@ import torch
 from omegaconf import DictConfig
 
 from scholar_agents.runtime import collectives
+from scholar_agents.validation import UsageError
 from scholar_agents.train.ppo.checkpoint import (
     latest_checkpoint,
     load_optimizer_and_scheduler,
@@ -181,6 +182,12 @@ class PPOTrainer:
             raise ValueError(f"{self.ckpt_dir} holds checkpoints; pass ppo.resume=true to continue them or choose "
                              f"another ppo.checkpoint_dir (nothing is deleted for you)")
         state = load_trainer_state(self.resume_from) if self.resume_from else {}
+        saved = state.get("config", {}).get("estimator")
+        if saved is not None and saved != p.estimator:
+            # the checkpoint holds another estimator's models (paper_mc/gae: a value model; grpo/rloo: none), which
+            # DeepSpeed's strict load would refuse deep inside; say it before any model loads
+            raise UsageError(f"ppo.estimator={p.estimator} but {self.resume_from} was trained with "
+                             f"ppo.estimator={saved}: resume with ppo.estimator={saved}, or start a new run dir")
         self.start_step = int(state.get("step", 0))
         set_seed(p.seed + 1000 * self.rank)
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from scholar_agents.validation import UsageError
 from tests.fixtures.ppo import make_trainer, tiny_overrides
 from tests.paths import REPO
 
@@ -221,6 +222,9 @@ def test_critic_free_estimators_train_whole_crawls_without_a_value_model(tiny_mo
         assert (path / "policy").is_dir() and not (path / "value").exists()
     finally:
         tr.close()
+    # another estimator's resume is refused in one line before any model loads (DeepSpeed's strict load would fail)
+    with pytest.raises(UsageError, match=f"ppo.estimator=paper_mc but .* was trained with ppo.estimator={estimator}"):
+        make_trainer(tiny_model_dir, ppo_papers, tmp_path, estimator="paper_mc", total_steps=2)
     tr = make_trainer(tiny_model_dir, ppo_papers, tmp_path, estimator=estimator, group_size=2, total_steps=2,
                       kl_in_return=kl_in_return)
     try:  # resumes from the checkpoint without a value model, and trains on
