@@ -306,6 +306,9 @@ cmd_status() {
     return $ok
 }
 
+# Sourced (slurm/two_node_cluster.sh reuses the helpers above): define, run nothing.
+[[ "${BASH_SOURCE[0]}" == "$0" ]] || return 0
+
 case "${1:-}" in
     start) cmd_start ;;
     stop) cmd_stop ;;

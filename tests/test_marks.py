@@ -17,7 +17,7 @@ from tests.paths import REPO, TESTS
 
 FAST = "not slow and not vllm and not slurm and not browser"
 NEEDS = {
-    "slurm": [r"""cluster=['"]slurm['"]""", r"\bSlurmExecutor\b", r"\bslurm_cluster\b",
+    "slurm": [r"""cluster=['"]slurm['"]""", r"\bSlurmExecutor\b", r"\b(slurm|two_node)_cluster\b",
               r"""\[\s*['"](srun|sbatch|squeue|scontrol|sacct|salloc)['"]""", r"""which\(['"](srun|sbatch)['"]\)"""],
     "vllm": [r"\bvllm_server\b", r"\brunning_vllm_server\b",
              r"\bstart_selector_server\b", r"vllm\.entrypoints", r"^\s*(import|from) vllm\b", r"\bVLLMBackend\(",

@@ -170,7 +170,8 @@ def export_network_env(socket_ifname: Optional[str] = None) -> dict[str, str]:
     already exported (non-empty) is never overridden. A value in NCCL's own syntax (``^docker0``: all but that one;
     ``=eth0``: exactly that one) goes to NCCL only, because gloo looks up each comma-separated name as an interface
     (torch 2.13 with ``GLOO_SOCKET_IFNAME=^docker0``: "Unable to find address for: ^docker0"). Returns the
-    variables it set."""
+    variables it set. Raises :class:`~scholar_agents.validation.UsageError` on the multi-node loopback trap
+    (:func:`loopback_refusal`), before any process group exists."""
     wanted = {"NCCL_DEBUG": "WARN"}
     if socket_ifname:
         wanted["NCCL_SOCKET_IFNAME"] = str(socket_ifname)
@@ -181,7 +182,39 @@ def export_network_env(socket_ifname: Optional[str] = None) -> dict[str, str]:
             wanted["GLOO_SOCKET_IFNAME"] = str(socket_ifname)
     exported = {k: v for k, v in wanted.items() if not os.environ.get(k)}
     os.environ.update(exported)
+    refusal = loopback_refusal()
+    if refusal:
+        from scholar_agents.validation import UsageError
+
+        raise UsageError(refusal)
     return exported
+
+
+def loopback_refusal() -> Optional[str]:
+    """Why this process must not start (None when it may): its world spans several nodes (WORLD_SIZE >
+    LOCAL_WORLD_SIZE, as torchrun and export_torch_distributed_env set them), gloo has no interface named
+    (GLOO_SOCKET_IFNAME, i.e. cluster.socket_ifname) and the hostname resolves to loopback. gloo then advertises
+    that address to the other nodes, which cannot reach it: the first collective (vLLM's colocated engines build
+    with one over the world group) hangs until the process-group timeout, hours later. Debian writes
+    ``127.0.1.1 <hostname>`` into /etc/hosts; the two-node test cluster (slurm/two_node_cluster.sh) does too."""
+    import socket
+
+    try:
+        world, local = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
+    except ValueError:
+        return None
+    if local < 1 or world <= local or os.environ.get("GLOO_SOCKET_IFNAME"):
+        return None
+    host = socket.gethostname()
+    try:
+        addr = socket.gethostbyname(host)
+    except OSError:
+        return None  # unresolvable: gloo fails at once with its own error, it does not hang
+    if not addr.startswith("127."):
+        return None
+    return (f"this world spans {world // local} nodes ({world} processes) and the hostname {host} resolves to "
+            f"{addr} (loopback): gloo would advertise it to the other nodes and hang at the first collective; "
+            f"set cluster.socket_ifname=<the interface between the nodes, `ip -br addr`, e.g. eth0 or ib0>")
 
 
 # The preemption window (docs/cluster.md "Preemption, time limits and requeue"). Slurm's signal lead is not in a job's

@@ -77,3 +77,37 @@ def test_check_logs_on_rank_0_only(env, caplog):
     with caplog.at_level("INFO", logger="scholar_agents.runtime.preemption"):
         assert preemption.check_preemption_window(10.0, "one probe step") == []
     assert "Slurm signal lead 120 s, torchrun shutdown window 120 s, one probe step ~10 s" in caplog.text
+
+
+def test_a_multi_node_world_whose_hostname_is_loopback_is_refused_without_an_interface(monkeypatch):
+    """The loopback trap: a world over 2 nodes, no gloo interface, the hostname resolving to 127.x -> refused in one
+    line before any process group; a world on one node, a named interface or a routable address -> allowed.
+    (On the two-node cluster, for real: tests/runtime/test_two_node_cluster.py.)"""
+    import socket
+
+    from scholar_agents.validation import UsageError
+
+    addr = {"node1": "127.0.1.1"}
+    monkeypatch.setattr(socket, "gethostname", lambda: "node1")
+    monkeypatch.setattr(socket, "gethostbyname", lambda host: addr[host])  # /etc/hosts, as Debian writes it
+    for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "NCCL_DEBUG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    refusal = preemption.loopback_refusal()
+    assert refusal is not None and "\n" not in refusal
+    assert "spans 2 nodes" in refusal and "node1 resolves to 127.0.1.1" in refusal
+    assert "cluster.socket_ifname" in refusal
+    with pytest.raises(UsageError, match="loopback"):
+        preemption.export_network_env(None)
+    with pytest.raises(UsageError, match="loopback"):  # NCCL's syntax names no interface for gloo
+        preemption.export_network_env("^docker0")
+    monkeypatch.delenv("NCCL_SOCKET_IFNAME")
+    assert preemption.export_network_env("eth0")["GLOO_SOCKET_IFNAME"] == "eth0"
+    assert preemption.loopback_refusal() is None
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # one node: loopback is where the ranks meet
+    assert preemption.loopback_refusal() is None
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    addr["node1"] = "10.77.0.11"
+    assert preemption.loopback_refusal() is None
