@@ -316,6 +316,10 @@ def test_sbatch_dry_run_shows_srun_cpus_and_the_experiment(slurm_cluster, templa
         train_nodes = nodes - 1 if template == "crawler_ppo" else nodes
         assert f"srun --nodes={train_nodes} --ntasks={train_nodes}" in step and "torchrun" in step
         assert f"--nnodes={train_nodes} --nproc-per-node=8" in step and "--rdzv-endpoint=gpu01:" in step
+    if template == "crawler_ppo":  # the store and index built once first, then the ranks open them as built
+        assert runs[0].startswith("[dry-run] scholar papers prepare ") and all(a in runs[0] for a in args)
+        assert " srun " not in f" {runs[0]} " and "papers.prebuilt=true hydra.run.dir=" in step
+        runs = runs[1:]
     if template in {"crawler_ppo", "pasa_eval"}:  # the Selector server starts before the step
         assert "vllm.entrypoints.openai.api_server" in runs[0] and len(runs) == 3
         assert runs[1].startswith("[dry-run] wait for http://") and "/v1/models" in runs[1]
@@ -330,9 +334,10 @@ def test_crawler_ppo_on_two_nodes_with_a_running_selector_server(slurm_cluster):
     out = _render("crawler_ppo", ["experiment=pasa_crawler_ppo", "ppo.alpha=0.5"], env)
     assert out.returncode == 0, out.stderr
     runs = [line for line in out.stdout.splitlines() if line.startswith("[dry-run]")]
-    assert len(runs) == 1 and "api_server" not in runs[0]
-    assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --relative=0 --cpus-per-task=96" in runs[0]
-    assert "--nnodes=2 --nproc-per-node=8" in runs[0] and "ppo.alpha=0.5" in runs[0]
+    assert len(runs) == 2 and not any("api_server" in r for r in runs)
+    assert runs[0].startswith("[dry-run] scholar papers prepare experiment=pasa_crawler_ppo ppo.alpha=0.5 ")
+    assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --relative=0 --cpus-per-task=96" in runs[1]
+    assert "--nnodes=2 --nproc-per-node=8" in runs[1] and "ppo.alpha=0.5 papers.prebuilt=true" in runs[1]
     assert "Selector: using the running server SCHOLAR_SELECTOR_URL=http://selector-host:8000/v1" in out.stderr
     assert "at http://selector-host:8000/v1" in out.stderr and "alpha              0.5" in out.stderr
 
