@@ -140,12 +140,22 @@ class SearchQueue:
                     "max_queue": self.max_queue, "max_waiting_seen": self.max_waiting_seen,
                     "worker_alive": self._thread.is_alive()}
 
-    def close(self) -> None:
+    def close(self, timeout: float = 30.0) -> bool:
+        """Stop the worker: the running search is cancelled (it stops at its next token or batch) and the worker
+        is joined, so that no thread is still freeing a search's tensors while the interpreter shuts down (a
+        worker left to exit then aborted the process: "terminate called without an active exception", rc 134).
+        Returns whether the worker has ended within ``timeout`` seconds."""
         with self._cond:
             self._stop = True
             if self._running is not None:
                 self._running.cancel_requested.set()
             self._cond.notify_all()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("the search worker did not stop within %.0f s", timeout)
+            return False
+        return True
 
     # ---- the worker ----
 
