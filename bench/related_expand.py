@@ -7,8 +7,8 @@ environment batches every search of a crawl step (the Crawler's, the user's word
 
 - per query, for each mode: searches, search calls, seconds in search, sessions, papers, wall time;
 - the ratio of wall time (related / without) — what a user pays;
-- batching: the same related searches run one call each against the batched calls (the recorded queries replayed
-  on the same index), the ratio = one-by-one seconds / batched seconds.
+- batching: every related search the crawl's sessions offered (what a Crawler that expanded them all would run),
+  one call each against one batched call on the same index: the ratio = one-by-one seconds / batched seconds.
 
 The agent is `pasa search`'s default (SmolLM2 + the shipped adapter, grammar-constrained, the user's words searched)
 on the bundled sample's held-out queries (70-99), no Selector (its cost does not depend on the switch beyond the
@@ -70,8 +70,12 @@ def main() -> int:
         print(json.dumps(row), flush=True)
     base, rel = rows
     # batching: the related searches this run made, replayed one call each vs one call for all
-    jobs = [(a.searched, t.before) for t in trajs[True] for s in t.sessions for a in s.actions
-            if a.found_by == "related" and a.searched]
+    # every related search the sessions offered (what a Crawler expanding all of them would run), in one step
+    env = res.agent(RowSpec(name="outline", method="agent", use_selector=False, related_expand=True)).env
+    offered = [(s.paper_id, t.before) for t in trajs[True] for s in t.sessions if s.paper_id]
+    papers = res.store.get_many(sorted({p for p, _ in offered}), with_sections=False)
+    jobs = [(o.query, b) for p, b in offered if p in papers and not papers[p].sections
+            for o in env.outline(papers[p])]
     k = int(cfg.crawler.env.related_k)
     if jobs:
         t0 = time.perf_counter()
@@ -81,8 +85,8 @@ def main() -> int:
         for q, b in jobs:
             search.search_batch([q], k=k, before=[b])
         single = time.perf_counter() - t0
-        print(f"batching: {len(jobs)} related searches, one call {batched:.3f} s vs one call each {single:.3f} s: "
-              f"ratio {single / max(batched, 1e-9):.1f}x")
+        print(f"batching: the {len(jobs)} related searches the sessions offered, one call {batched:.3f} s vs one "
+              f"call each {single:.3f} s: ratio {single / max(batched, 1e-9):.1f}x")
     print(f"related expansion: {rel['searches_per_query']:.1f} vs {base['searches_per_query']:.1f} searches a query "
           f"({rel['searches_per_query'] / max(base['searches_per_query'], 1e-9):.2f}x) in "
           f"{rel['search_calls_per_query']:.1f} vs {base['search_calls_per_query']:.1f} search calls; wall "

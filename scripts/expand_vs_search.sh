@@ -15,6 +15,7 @@
 # Selector re-rank at the related agent's number of papers per query (rerank_*). Budgets: crawler.env.max_actions
 # $MAX_ACTIONS, max_sessions $MAX_SESSIONS. AGENT_ROWS adds agent rows (e.g. an RL adapter:
 # "{name: agent_rl, method: agent, adapter: <dir>, fallback_search: true, search_user_query: true, related_expand: true}").
+# AGENTS=0 runs only the rows without an LLM (search, oracle, teacher, re-rank at RERANK_K papers): minutes, not hours.
 # Every eval resumes (resume_dir): re-run the same command after an interruption.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,8 @@ FORMS=${FORMS:-original,multi_sentence}
 MAX_ACTIONS=${MAX_ACTIONS:-6}
 MAX_SESSIONS=${MAX_SESSIONS:-4}
 MAX_SEARCHES=${MAX_SEARCHES:-4}
+AGENTS=${AGENTS:-1}
+RERANK_K=${RERANK_K:-20}
 HELD=${HELD:-scholar_agents/assets/crawler_adapter/heldout_qids.txt}
 DEV=${DEV:-../shared/data/queries/autoscholarquery_dev.jsonl}
 BY_HAND=scholar_agents/assets/researcher_requests/heldout_by_hand.jsonl
@@ -48,6 +51,8 @@ AGENT="{name: agent, method: agent, fallback_search: true, search_user_query: tr
 RELATED="{name: agent_related, method: agent, fallback_search: true, search_user_query: true, related_expand: true, label: 'Agent + related expansion'}"
 ORACLE="{name: oracle, method: gold_blind_oracle, max_searches: $MAX_SEARCHES, label: 'Gold-blind oracle (reachable ceiling)'}"
 TEACHER="{name: teacher, method: verified_teacher, label: 'Verified teacher (hindsight, not reachable)'}"
+# the re-rank rows search as many papers as the related agent's crawl held (query by query), or RERANK_K without agents
+if [ "$AGENTS" = 1 ]; then BUDGET="budget_of: agent_related"; else BUDGET="rerank_k: $RERANK_K"; fi
 for set in $SETS; do
   if [ "$set" = heldout ]; then QPATH="$OUT/heldout_queries.jsonl"; PHR=("phrasings=[$FORMS]"); else QPATH=$BY_HAND; PHR=(); fi
   for setting in $SETTINGS; do
@@ -55,14 +60,15 @@ for set in $SETS; do
       BEFORE=$DENSE_BEFORE; [ "$setting" = whole_corpus ] && BEFORE=null
       SEARCH=(search=auto search.dense_before="$BEFORE")
       ROWS="{name: search_bm25, method: search, search: bm25},{name: search_hybrid, method: search, search: hybrid},"
-      ROWS+="{name: rerank_hybrid, method: search_rerank, search: hybrid, budget_of: agent_related, label: 'hybrid + Selector re-rank (equal papers)'},"
+      ROWS+="{name: rerank_hybrid, method: search_rerank, search: hybrid, $BUDGET, label: 'hybrid + Selector re-rank'},"
     else
       SEARCH=(search=bm25)
       ROWS="{name: search_bm25, method: search, search: bm25},"
     fi
-    ROWS+="$AGENT,$RELATED,{name: rerank_bm25, method: search_rerank, search: bm25, budget_of: agent_related, label: 'BM25 + Selector re-rank (equal papers)'},$ORACLE,$TEACHER"
+    ROWS+="{name: rerank_bm25, method: search_rerank, search: bm25, $BUDGET, label: 'BM25 + Selector re-rank'},$ORACLE,$TEACHER"
+    [ "$AGENTS" = 1 ] && ROWS="$AGENT,$RELATED,$ROWS"
     [ -n "${AGENT_ROWS:-}" ] && ROWS+=",$AGENT_ROWS"
-    DIR="$OUT/$set/$setting"; mkdir -p "$DIR"
+    DIR="$OUT/$set/$setting"; [ "$AGENTS" = 1 ] || DIR="$OUT/$set/${setting}_searches"; mkdir -p "$DIR"
     "$PY" -m scholar_agents eval pasa papers=shared_corpus queries.path="$QPATH" "${SEARCH[@]}" setting="$setting" \
       crawler.env.max_actions="$MAX_ACTIONS" crawler.env.max_sessions="$MAX_SESSIONS" chunk_queries=10 \
       resume_dir="$DIR" "${PHR[@]}" "rows=[$ROWS]" "$@"
