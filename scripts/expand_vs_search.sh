@@ -11,7 +11,9 @@
 # Rows: search-only BM25 (and dense / hybrid where a dense index exists: date-filtered; whole corpus with
 # DENSE_WHOLE=1); agent (pasa search's default: adapter, grammar, the user's words searched, the Selector ranks)
 # with related expansion (agent_related) and without (agent); the gold-blind oracle (reads the gold, chooses only
-# among searches a policy could write, at MAX_SEARCHES searches) and the verified teacher (hindsight); search +
+# among searches a policy could write, at MAX_SEARCHES searches; and the same restricted to the request's own
+# candidates, following nothing: their difference is what following found papers adds) and the verified teacher
+# (hindsight); search +
 # Selector re-rank at the related agent's number of papers per query (rerank_*). Budgets: crawler.env.max_actions
 # $MAX_ACTIONS, max_sessions $MAX_SESSIONS. AGENT_ROWS adds agent rows (e.g. an RL adapter:
 # "{name: agent_rl, method: agent, adapter: <dir>, fallback_search: true, search_user_query: true, related_expand: true}").
@@ -50,6 +52,7 @@ PYEOF
 AGENT="{name: agent, method: agent, fallback_search: true, search_user_query: true, label: 'Agent (default, no related expansion)'}"
 RELATED="{name: agent_related, method: agent, fallback_search: true, search_user_query: true, related_expand: true, label: 'Agent + related expansion'}"
 ORACLE="{name: oracle, method: gold_blind_oracle, max_searches: $MAX_SEARCHES, label: 'Gold-blind oracle (reachable ceiling)'}"
+ORACLE1="{name: oracle_no_follow, method: gold_blind_oracle, max_searches: $MAX_SEARCHES, follow: 0, label: 'Gold-blind oracle, the request only (follows nothing)'}"
 TEACHER="{name: teacher, method: verified_teacher, label: 'Verified teacher (hindsight, not reachable)'}"
 # the re-rank rows search as many papers as the related agent's crawl held (query by query), or RERANK_K without agents
 if [ "$AGENTS" = 1 ]; then BUDGET="budget_of: agent_related"; else BUDGET="rerank_k: $RERANK_K"; fi
@@ -65,7 +68,7 @@ for set in $SETS; do
       SEARCH=(search=bm25)
       ROWS="{name: search_bm25, method: search, search: bm25},"
     fi
-    ROWS+="{name: rerank_bm25, method: search_rerank, search: bm25, $BUDGET, label: 'BM25 + Selector re-rank'},$ORACLE,$TEACHER"
+    ROWS+="{name: rerank_bm25, method: search_rerank, search: bm25, $BUDGET, label: 'BM25 + Selector re-rank'},$ORACLE,$ORACLE1,$TEACHER"
     [ "$AGENTS" = 1 ] && ROWS="$AGENT,$RELATED,$ROWS"
     [ -n "${AGENT_ROWS:-}" ] && ROWS+=",$AGENT_ROWS"
     DIR="$OUT/$set/$setting"; [ "$AGENTS" = 1 ] || DIR="$OUT/$set/${setting}_searches"; mkdir -p "$DIR"

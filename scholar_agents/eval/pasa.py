@@ -247,7 +247,7 @@ def pasa(cfg: DictConfig) -> dict:
             budget = spec.max_searches or env_cfg.max_actions or 5
             t0 = time.perf_counter()
             crawls = gold_blind_oracle(res.search(spec.search), res.store, chunk, befores, env_cfg, budget,
-                                       follow=spec.follow or 10)
+                                       follow=10 if spec.follow is None else spec.follow)
             wall = (time.perf_counter() - t0) / max(len(chunk), 1)
             return oracle_rows(crawls, chunk, in_store, candidates, wall), None
         if spec.method == "search_rerank":

@@ -24,6 +24,8 @@ def test_only_following_a_found_paper_reaches_the_gold(world):
     # the request's search adds no gold but is kept so that P1 can be followed; P1's key phrase reaches G1
     assert two.searched == ["study zebra stripes", "cryptic coloration evolution"] and two.rounds == [1, 2]
     assert two.found == ["P1", "G1"]
+    [blind] = gold_blind_oracle(search, store, [Q], [Q.before], cfg, max_searches=2, follow=0)
+    assert "G1" not in blind.found and set(blind.rounds) == {1}  # following nothing: the request alone misses it
     assert "F1" not in two.found  # the before-date holds for related searches
     assert all("G1" != s for s in two.searched)
 
