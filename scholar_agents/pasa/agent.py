@@ -68,6 +68,7 @@ class AgentResult:
     trajectories: list[QueryTrajectory]
     crawl_seconds: float = 0.0  # this query's share of the batched crawl (wall time / queries)
     select_seconds: float = 0.0
+    mark: str = ""  # what "selected" means here (Selector.mark's note), or why nothing is marked
 
     @property
     def selected(self) -> list[RankedPaper]:
@@ -123,7 +124,7 @@ class AgentResult:
     def to_dict(self, with_trajectories: bool = False) -> dict:
         d = {"qid": self.qid, "query": self.query, "before": self.before, "no_valid_action": self.no_valid_action,
              "papers": [asdict(p) for p in self.papers], "crawl_seconds": self.crawl_seconds,
-             "select_seconds": self.select_seconds,
+             "select_seconds": self.select_seconds, "mark": self.mark,
              "actions": sum(t.n_moves for t in self.trajectories),
              "fallback_searches": self.fallback_searches,
              "first_search_valid": [t.first_search_valid for t in self.trajectories],
@@ -250,16 +251,20 @@ class PaSaAgent:
                 i += len(m)
         select_s = (time.perf_counter() - t1) / max(len(queries), 1)
 
+        # "selected" is the mark a reader sees (Selector.mark, selector.mark): the decision threshold, or where
+        # pasa search / pasa serve ask for the card's, the one fitted for precision on real crawls' hits
+        mark = self.selector.mark if self.cfg.use_selector else None
         results = []
         for q, m, sc, trajs, by in zip(queries, merged, scores, per_query, found_by):
             ranked = []
             for (pid, (depth, found)), s in zip(m.items(), sc):
                 p = papers[pid]
-                selected = True if s is None else bool(self.selector.marks_selected and s >= self.selector.threshold)
+                selected = True if s is None else bool(mark.threshold is not None and s >= mark.threshold)
                 ranked.append(RankedPaper(pid, p.title, p.date, s, selected, depth, found, found_by=by.get(pid, "")))
             if self.cfg.use_selector:  # agent.ranking: the Selector's order, the crawl's, or their fusion
                 ranked = [ranked[i] for i in rank_order([r.score for r in ranked], self.cfg.ranking)]
-            results.append(AgentResult(q.qid, q.question, q.before, ranked, trajs, crawl_s, select_s))
+            results.append(AgentResult(q.qid, q.question, q.before, ranked, trajs, crawl_s, select_s,
+                                       mark=mark.note if mark is not None else ""))
         if self.cfg.rationales and self.cfg.use_selector:
             self._add_rationales(results, papers)
         return results
@@ -279,7 +284,8 @@ def results_table(result: AgentResult, top: Optional[int] = 20, width: int = 80)
     rows = result.papers if top is None else result.papers[:top]
     with_rationale = any(p.rationale for p in rows)
     head = f"### {result.query}\n\n"
-    head += f"before {result.before or '-'} · {len(result.papers)} papers crawled · {len(result.selected)} selected\n\n"
+    head += (f"before {result.before or '-'} · {len(result.papers)} papers crawled · {len(result.selected)} selected"
+             + (f" ({result.mark})" if result.mark else "") + "\n\n")
     note = result.crawl_note()
     if note:
         head += f"**{note}**\n\n"

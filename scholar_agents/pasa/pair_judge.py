@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from scholar_agents.pasa.selector import Judgement, PaperJudge, SelectorPair, truncate_abstract
+from scholar_agents.pasa.selector import Judgement, Mark, PaperJudge, SelectorPair, truncate_abstract
 
 META_FILE = "selector_meta.json"  # the card: threshold fitted on dev, dev / held-out figures, fitting queries
 _SENTENCE_RE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\"'])")
@@ -39,6 +39,22 @@ def read_meta(model_dir: str | Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def card_mark(meta: dict) -> Optional[Mark]:
+    """The reader mark a card holds (``meta["mark"]``, written by scripts/selector_reader_threshold.py), or None
+    where it holds none. Its note says what the mark was fitted for and what it left on held-out crawls, or why
+    there is no mark."""
+    card = meta.get("mark")
+    if not card:
+        return None
+    target = float(card["target_precision"])
+    if card.get("threshold") is None:
+        return Mark(None, f"nothing marked: {card['why_none']}; the list is ranked by P(relevant)")
+    held = (card.get("heldout") or {}).get("all") or {}
+    figures = (f"; held-out crawls: precision {held['precision']:.2f}, recall {held['recall']:.2f}"
+               if held.get("precision") is not None else "")
+    return Mark(float(card["threshold"]), f"mark fitted for precision {target:.2f} on real crawls' hits{figures}")
+
+
 class PairJudge(PaperJudge):
     """A Selector whose score is P(relevant) of a (query, text) pair, computed in batches, with no generation."""
 
@@ -47,6 +63,7 @@ class PairJudge(PaperJudge):
     def __init__(self, threshold: Optional[float], max_abstract_chars: Optional[int], memo_size: int,
                  model_id: str, meta: Optional[dict]) -> None:
         self.meta = dict(meta or {})
+        self._threshold_from_card = threshold is None
         if threshold is None:  # selector.threshold=null: the one fitted on the model's dev split
             threshold = float(self.meta.get("threshold", 0.5))
         if not 0.0 <= threshold <= 1.0:
@@ -57,6 +74,13 @@ class PairJudge(PaperJudge):
         self.model_id = model_id
         self.unparsed = 0  # the LLM Selector's counter; a judgement here always has a decision
         self._memo: OrderedDict[tuple[str, str, str], float] = OrderedDict()
+
+    @property
+    def mark(self) -> Mark:
+        """With ``mark_source`` card and the threshold read from the card: the card's reader mark where it has one.
+        Otherwise the decision threshold."""
+        fitted = card_mark(self.meta) if self.mark_source == "card" and self._threshold_from_card else None
+        return fitted if fitted is not None and self.marks_selected else super().mark
 
     @abc.abstractmethod
     def pair_probabilities(self, queries: Sequence[str], texts: Sequence[str],

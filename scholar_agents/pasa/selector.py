@@ -66,6 +66,13 @@ class SelectorConfig:
     # card whose held-out precision beats the base rate: the base SmolLM2's `cpu` preset). PPO's reward (Eq. 4)
     # still reads the threshold.
     marks_selected: bool = True
+    # Ours (the mark a reader sees): what the agent's lists mark "selected". threshold = the decision above (PaSa §4.3;
+    # eval pasa's precision / recall, as PPO's reward and eval selector's F1); card = the mark the model card fitted
+    # for a reader (selector_meta.json `mark`, scripts/selector_reader_threshold.py: the lowest threshold whose
+    # precision on real crawls' hits reached a stated target; none where no threshold did, and then the list is
+    # ranked with nothing marked and says why), the decision where the card has none. An explicit `threshold` number
+    # marks at that number. `pasa search` and `pasa serve`: card.
+    mark: str = "threshold"
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,25 @@ class SelectorPair:
            found_by: str = "") -> "SelectorPair":
         return cls(query=query, title=paper.title, abstract=paper.abstract, label=label, qid=qid,
                    paper_id=paper.paper_id, found_by=found_by)
+
+
+MARK_SOURCES = ("threshold", "card")
+
+
+def check_mark_source(value) -> str:
+    if str(value) not in MARK_SOURCES:
+        raise ValueError(f"selector.mark must be one of {MARK_SOURCES}, got {value!r}")
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Mark:
+    """What "selected" means where a reader sees it: the threshold the agent marks at (None: the list is ranked and
+    nothing is marked) and one line saying what it was fitted for, or why there is none (empty: the decision
+    threshold, nothing more to say)."""
+
+    threshold: Optional[float]
+    note: str = ""
 
 
 @dataclass
@@ -146,6 +172,15 @@ class PaperJudge(abc.ABC):
 
     threshold: float
     marks_selected: bool = True  # SelectorConfig.marks_selected: whether the agent shows decisions at all
+    mark_source: str = "threshold"  # SelectorConfig.mark: threshold | card
+
+    @property
+    def mark(self) -> Mark:
+        """The agent's "selected": the decision threshold (a Selector with a model card overrides this where
+        ``mark_source`` is ``card``: the mark fitted for a reader, ``pair_judge.card_mark``)."""
+        if not self.marks_selected:
+            return Mark(None, "ranked by P(relevant), nothing marked (selector.marks_selected=false)")
+        return Mark(self.threshold)
 
     @abc.abstractmethod
     def score(self, pairs: Sequence[SelectorPair], show_progress: bool = False) -> np.ndarray:
@@ -215,6 +250,7 @@ class Selector(PaperJudge):
                   batch_size=cfg.batch_size, max_abstract_chars=cfg.max_abstract_chars,
                   rationale_max_new_tokens=cfg.rationale_max_new_tokens, memo_size=cfg.memo_size)
         sel.marks_selected = bool(cfg.get("marks_selected", True))
+        sel.mark_source = check_mark_source(cfg.get("mark", "threshold"))
         return sel
 
     # ---- prompts ----

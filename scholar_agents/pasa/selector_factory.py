@@ -9,9 +9,9 @@ from pathlib import Path
 
 from scholar_agents.pasa.cross_encoder import CrossEncoderSelector
 from scholar_agents.pasa.embedding_selector import BUNDLED_DIR, EmbeddingSelector, resolve_model_dir
-from scholar_agents.pasa.pair_judge import read_meta
+from scholar_agents.pasa.pair_judge import card_mark, read_meta
 from scholar_agents.pasa.provenance_selector import ProvenanceSelector
-from scholar_agents.pasa.selector import Selector
+from scholar_agents.pasa.selector import Selector, check_mark_source
 
 SELECTOR_KINDS = ("llm", "cross_encoder", "embedding", "provenance")
 NO_LLM_KINDS = ("cross_encoder", "embedding", "provenance")  # these score without an LLM: callers build none
@@ -32,15 +32,15 @@ def build_selector(cfg, llm_factory=None):
     """The Selector ``cfg`` (a ``selector`` node) names: ``kind=llm`` scores with ``llm_factory()``'s LLM,
     ``kind=cross_encoder`` / ``embedding`` load ``cfg.model`` and need no LLM (``llm_factory`` is not called)."""
     kind = selector_kind(cfg)
-    if kind == "cross_encoder":
-        return CrossEncoderSelector.from_config(cfg)
-    if kind == "embedding":
-        return EmbeddingSelector.from_config(cfg)
-    if kind == "provenance":
-        return ProvenanceSelector.from_config(cfg)
-    if llm_factory is None:
-        raise ValueError("selector.kind=llm needs an LLM")
-    return Selector.from_config(llm_factory(), cfg)
+    if kind == "llm":
+        if llm_factory is None:
+            raise ValueError("selector.kind=llm needs an LLM")
+        return Selector.from_config(llm_factory(), cfg)
+    built = {"cross_encoder": CrossEncoderSelector, "embedding": EmbeddingSelector,
+             "provenance": ProvenanceSelector}[kind].from_config(cfg)
+    built.marks_selected = bool(cfg.get("marks_selected", True))
+    built.mark_source = check_mark_source(cfg.get("mark", "threshold"))
+    return built
 
 
 def describe_selector(cfg, llm_model: str = "?") -> str:
@@ -70,6 +70,12 @@ def describe_selector(cfg, llm_model: str = "?") -> str:
     if t is None:
         return f"{name}{where}: no threshold (no card in {model_dir})"
     source = "fitted on its dev split" if threshold is None else "set by selector.threshold"
+    # provenance: the card's mark was fitted on its embedding head's scores only
+    reader = card_mark(meta) if kind != "provenance" and cfg.get("mark", "threshold") == "card" else None
+    if reader is not None and threshold is None and cfg.get("marks_selected", True):
+        shown = "" if reader.threshold is None else f"selected = P(relevant) >= {reader.threshold:.3f}, "
+        return (f"{name}{where}: {shown}{reader.note} (eval selector's F1 and PPO's reward decide at "
+                f"{t:.3f}, the best F1 on built pairs)")
     line = f"{name}{where}: selected = P(relevant) >= {t:.3f} ({source})"
     routed = set(cfg.get("lexical_for") or []) if kind == "provenance" else set()
     line += _heldout(meta, skip=routed)  # a provenance Selector never judges those miners' hits with this head

@@ -77,3 +77,53 @@ def test_pasa_search_end_to_end(tmp_path, tmp_path_factory, tiny_crawler, tiny_m
     assert (out / "results.md").read_text().count("| ") > 3
     traj = [json.loads(l) for l in (out / "trajectories.jsonl").read_text().splitlines()]
     assert traj[0]["sessions"][0]["actions"][0]["kind"] == "search"
+
+
+def _card(tmp_path, name, mark):
+    """A copy of the bundled embedding Selector whose card holds ``mark`` (what selector_reader_threshold.py
+    writes)."""
+    import shutil
+
+    from scholar_agents.pasa.embedding_selector import BUNDLED_DIR
+
+    d = tmp_path / name
+    shutil.copytree(BUNDLED_DIR, d)
+    meta = json.loads((d / "selector_meta.json").read_text())
+    (d / "selector_meta.json").write_text(json.dumps({**meta, "mark": mark}))
+    return d
+
+
+def test_pasa_search_marks_what_the_card_fitted_for_a_reader_or_nothing(tmp_path, tmp_path_factory, tiny_crawler):
+    """`pasa search` (selector.mark=card) marks "selected" at the card's reader mark and says what it was fitted
+    for; a card where no threshold reached its target marks nothing and says why; eval pasa's agent keeps the
+    decision threshold."""
+    from scholar_agents.pasa.commands import search
+
+    final, _, _ = tiny_crawler
+    base = {"target_precision": 0.6, "target_rule": "stated", "min_marked": 10, "f1_threshold": 0.27,
+            "heldout": {"all": {"precision": 0.61, "recall": 0.34}}}
+    everything = _card(tmp_path, "every", {**base, "threshold": 0.0})
+    nothing = _card(tmp_path, "none", {**base, "threshold": None, "why_none": "no threshold reached precision 0.60"})
+    common = [f"paths.cache_dir={tmp_path_factory.getbasetemp() / 'pasa_cache'}", "search=bm25",
+              f"llm.model={final}", "llm.cache_path=null", "llm.dtype=float32", "llm.max_model_len=1024",
+              "query=graph neural networks for molecules", "before=2023-01-01", "crawler.env.max_sessions=2",
+              "crawler.policy.max_new_tokens=24"]
+    runs = {}
+    for name, card in (("every", everything), ("none", nothing)):
+        cfg = compose("pasa_search", [*common, f"selector.model={card}", f"paths.output_dir={tmp_path / name}"])
+        [runs[name]] = search(cfg)["results"]
+    assert runs["every"]["papers"] and all(p["selected"] for p in runs["every"]["papers"])
+    assert runs["every"]["mark"] == ("mark fitted for precision 0.60 on real crawls' hits; held-out crawls: "
+                                     "precision 0.61, recall 0.34")
+    assert f"{len(runs['every']['papers'])} selected (mark fitted for precision 0.60" in \
+        (tmp_path / "every" / "results.md").read_text()
+    assert not any(p["selected"] for p in runs["none"]["papers"])
+    assert runs["none"]["mark"].startswith("nothing marked: no threshold reached precision 0.60")
+    assert "· 0 selected (nothing marked: no threshold reached" in (tmp_path / "none" / "results.md").read_text()
+    # the same card under eval pasa (selector.mark=threshold) or an explicit threshold: the decision threshold
+    from scholar_agents.pasa.selector_factory import build_selector
+
+    ev = build_selector(compose("eval_pasa", ["selector=embedding", f"selector.model={nothing}"]).selector)
+    assert ev.mark.threshold == pytest.approx(0.2660445894303386) and ev.mark.note == ""
+    by_hand = build_selector(compose("pasa_search", [f"selector.model={nothing}", "selector.threshold=0.4"]).selector)
+    assert by_hand.mark.threshold == pytest.approx(0.4)

@@ -376,6 +376,7 @@ class SearchService:
             trees = [build_tree(t.to_dict(), self.paper_info, gold) for t in result.trajectories]
             hits, misses = _cache_counts(llms)
             return {"papers": papers, "note": result.crawl_note(), "selected": sum(p["selected"] for p in papers),
+                    "mark": result.mark,
                     "stopped_by": [t.stopped_by for t in result.trajectories], "trees": trees,
                     "seconds": round(time.perf_counter() - t0, 2), "query": job.query, "before": job.before,
                     "seed": self._seed_info(job),
@@ -411,4 +412,10 @@ class SearchService:
             if paper is None:
                 raise KeyError(paper_id)
             [j] = agent.selector.judge([SelectorPair.of(query, paper, found_by=found_by)])
-            return {"decision": j.decision, "rationale": j.rationale, "disagrees": j.disagrees, "score": j.score}
+            out = {"decision": j.decision, "rationale": j.rationale, "disagrees": j.disagrees, "score": j.score}
+            mark = agent.selector.mark
+            if j.score is not None and mark.threshold != agent.selector.threshold:
+                # the decision the list showed: its mark (selector.mark=card), not the F1 threshold judge() decides at
+                out["decision"] = None if mark.threshold is None else bool(j.score >= mark.threshold)
+                out["unmarked"] = mark.threshold is None
+            return out

@@ -170,7 +170,7 @@ function showResult(r) {
   if (r.cancelled) current.partial = r.papers.length;
   const ends = [...new Set(r.trees.map((t) => t.end))];
   const cache = r.cache && r.cache.all_cached ? el("span", { class: "cache-mark", title: `${r.cache.hits} answers of the crawl and the Selector came from the LLM response cache, none was computed now` }, "from the LLM cache") : "";
-  $("status").replaceChildren(`${r.papers.length} papers crawled, ${r.selected} selected in ${r.seconds} s · ${ends.join("; ")}`, cache);
+  $("status").replaceChildren(`${r.papers.length} papers crawled, ${r.selected} selected${r.mark ? ` (${r.mark})` : ""} in ${r.seconds} s · ${ends.join("; ")}`, cache);
   if (r.seed) {  // a more-like-this search names its seed (also when the page reloads it)
     $("search-title").hidden = false;
     $("search-title").replaceChildren("More like this: ", el("b", {}, r.seed.title), ` (${r.seed.paper_id}) — a crawl that starts from this paper; the paper itself is left out of its results`);
@@ -360,7 +360,7 @@ loadSetting();
 
 // "why?": the decision the list made (and its score), then the reason; a reason that argues the other way says so
 function rationaleText(j) {
-  const decision = j.decision == null ? "(no True/False decision parsed)" : j.decision ? "True" : "False";
+  const decision = j.unmarked ? "nothing is marked" : j.decision == null ? "(no True/False decision parsed)" : j.decision ? "True" : "False";
   const score = j.score == null ? "" : ` (P ${j.score.toFixed(2)})`;
   const against = j.disagrees ? " The reason below argues the other way; the decision is the score's:" : "";
   return `Selector: ${decision}${score}.${against} ${j.rationale}`;
