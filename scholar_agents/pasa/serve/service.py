@@ -285,8 +285,8 @@ class SearchService:
         return {"papers": papers, "cancelled": True, "selected": 0, "seconds": round(seconds, 2), "trees": trees,
                 "stopped_by": [], "query": job.query, "before": job.before, "seed": self._seed_info(job),
                 "replaced_by": job.replaced_by,
-                "note": f"cancelled: the {len(papers)} papers crawled before the cancel, in crawl order, not judged "
-                        f"by the Selector"}
+                "note": (f"cancelled: the {len(papers)} papers crawled before the cancel, in crawl order, not judged "
+                         f"by the Selector" if papers else "cancelled before any paper was crawled")}
 
     def paper_info(self, ids: list[str]) -> dict[str, dict]:
         if self._res is None:

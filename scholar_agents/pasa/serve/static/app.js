@@ -159,7 +159,7 @@ function onEvent(ev) {
       if (ev.kind !== "done") {
         const why = d.replaced_by ? " (replaced by a new search)" : "";
         st.textContent = ev.kind === "failed" ? `failed: ${d.error}` :
-          `cancelled${why}${current.partial != null ? `: the ${current.partial} papers crawled before the cancel, in crawl order` : ""}`;
+          `cancelled${why}${current.partial ? `: the ${current.partial} papers crawled before the cancel, in crawl order` : current.partial === 0 ? ": before any paper was crawled" : ""}`;
         st.className = `status ${ev.kind}`;
       }
       break;
