@@ -25,7 +25,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from scholar_agents.runtime.run_dir import run_dir
-from scholar_agents.validation import read_jsonl
+from scholar_agents.validation import UsageError, read_jsonl
 
 log = logging.getLogger(__name__)
 DONE = ".done"
@@ -328,7 +328,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     wanted = list(cfg.stages)
     unknown = [s for s in wanted if s not in cfg.stage_specs and s != "select"]
     if unknown:
-        raise ValueError(f"unknown demo stages {unknown}; known: {list(cfg.stage_specs)} + ['select']")
+        raise UsageError(f"unknown demo stages {unknown}; known: {list(cfg.stage_specs)} + ['select']")
     gold = {q["qid"]: set(q["answer_arxiv_id"]) for q in read_jsonl(str(cfg.queries_file))}
     ks = list(cfg.recall_ks)
     stages: dict[str, Any] = {}

@@ -84,6 +84,23 @@ CASES = [
     (["pasa", "search", "queries.path={d}/empty.jsonl"], "empty.jsonl': no query in it"),
     (["train", "crawler_ppo", "queries.train.path={d}/empty.jsonl"], "empty.jsonl': no training query in it"),
     (["train", "crawler_ppo", "crawler.env.fallback_search=true"], "crawler.env.fallback_search=true cannot be used"),
+    # issue 51 item 8: names the builders refused only when they ran (after the store, an index, a row's crawls)
+    (["eval", "pasa", "rows=[{name: a, method: serach}]"], "rows[0].method must be one of search, paraphrase"),
+    (["eval", "pasa", "rows=[{name: a, method: search, search: bm52}]"], "rows[0].search must be one of bm25, dense"),
+    (["eval", "pasa", "rows=[{name: a, method: agent, ranking: score}]"], "rows[0].ranking must be one of selector"),
+    (["eval", "pasa", "rows=[{name: a, method: search, serach: bm25}]"], "rows[0] (a): unknown field(s) ['serach']"),
+    (["eval", "pasa", "rows=[{name: r, method: search_rerank, budget_of: a}, {name: a, method: agent}]"],
+     "rows[0].budget_of='a' names no row listed before it (none)"),
+    (["eval", "pasa", "rows=[{name: a, method: search}, {name: a, method: agent}]"], "a second row named 'a'"),
+    (["eval", "pasa", "agent.ranking=score"], "agent.ranking must be one of selector, crawl, fusion, got 'score'"),
+    (["eval", "pasa", "search.kind=bm52"], "search.kind must be one of bm25, dense, hybrid"),
+    (["pasa", "search", "query=gnn", "selector.kind=lexical"], "selector.kind must be one of llm, cross_encoder"),
+    (["pasa", "search", "query=gnn", "selector.mark=cards"], "selector.mark must be one of threshold, card"),
+    (["pasa", "search", "query=gnn", "llm.backend=vlm"], "llm.backend must be one of hf, vllm, openai, got 'vlm'"),
+    (["eval", "pasa", "selector_llm.backend=openia"], "selector_llm.backend must be one of hf, vllm, openai"),
+    (["papers", "search", "query=gnn", "search.kind=semantic"], "search.kind must be one of bm25, dense, hybrid"),
+    (["train", "crawler_ppo", "selector.kind=lexical"], "selector.kind must be one of llm, cross_encoder"),
+    (["demo", "run", "stages=[indx]"], "unknown demo stages ['indx']; known: ['index'"),
 ]
 
 
@@ -101,7 +118,7 @@ def test_tensor_parallel_colocated_rollouts_are_refused_before_loading_naming_th
     """Colocated vLLM rollout engines with TP > 1 (issue 28 table row 6): every rank rolls out its own queries, so
     a TP group would not see the same prompts; refused in one line (the alternative: TP 1, one engine per rank)."""
     out = scholar(tmp_path, "train", "crawler_ppo", "llm=smollm2_vllm", "llm.tensor_parallel_size=2",
-                  env={"WORLD_SIZE": "2"})
+                  env={"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"})  # one node: no two-node network refusal first
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-2000:]
     assert "llm.tensor_parallel_size=2 with rollout engines colocated in 2 training ranks is not supported" \
         in out.stderr

@@ -192,6 +192,46 @@ def run_rows(specs: Sequence[RowSpec], queries: Sequence[ScholarQuery], out: Pat
     return results
 
 
+def check_rows(rows: Any, resume_dir: Optional[str] = None) -> None:
+    """Each ``rows[]`` entry's fields and names, before any row runs: an unknown method, search kind or ranking,
+    or a ``budget_of`` naming no earlier row, otherwise fails only when its row's turn comes, after the rows
+    before it have crawled (a row of ``resume_dir`` with results also counts as run)."""
+    from scholar_agents.eval.pasa_rows import METHODS, PHRASING_SEP, WHOLE_CORPUS_SUFFIX, RowSpec
+    from scholar_agents.papers.index import KINDS
+    from scholar_agents.pasa.ranking import RANKINGS
+    from scholar_agents.validation import UsageError, one_of, optional_positive_int
+
+    rows = OmegaConf.to_container(rows, resolve=True) if OmegaConf.is_config(rows) else rows
+    if not isinstance(rows, list) or not rows:
+        raise UsageError(f"rows must be a non-empty list of rows, e.g. rows='[{{name: bm25, method: search}}]', "
+                         f"got {rows!r}")
+    fields = {f.name for f in dataclasses.fields(RowSpec)}
+    earlier: list[str] = []
+    for i, r in enumerate(rows):
+        key = f"rows[{i}]"
+        if not isinstance(r, dict) or not r.get("name"):
+            raise UsageError(f"{key} needs a name and a method, e.g. {{name: bm25, method: search}}, got {r!r}")
+        unknown = sorted(set(r) - fields)
+        if unknown:
+            raise UsageError(f"{key} ({r['name']}): unknown field(s) {unknown}; a row has {sorted(fields)}")
+        one_of(r.get("method"), f"{key}.method", METHODS)
+        if r.get("search") is not None:
+            one_of(r["search"], f"{key}.search", KINDS)
+        if r.get("ranking") is not None:
+            one_of(r["ranking"], f"{key}.ranking", RANKINGS)
+        for n in ("limit", "ensemble", "rerank_k", "max_searches"):
+            optional_positive_int(r.get(n), f"{key}.{n}")
+        # budget_of reads that row's per-query results: it must have run already (a row listed before)
+        base = str(r.get("budget_of") or "").removesuffix(WHOLE_CORPUS_SUFFIX).split(PHRASING_SEP)[0]
+        done = resume_dir and (Path(str(resume_dir)) / "per_query" / f"{r.get('budget_of')}.jsonl").exists()
+        if base and base not in earlier and not done:
+            raise UsageError(f"{key}.budget_of={r['budget_of']!r} names no row listed before it "
+                             f"({', '.join(earlier) or 'none'})")
+        if r["name"] in earlier:
+            raise UsageError(f"{key}: a second row named {r['name']!r}; row names must be unique")
+        earlier.append(str(r["name"]))
+
+
 def pasa(cfg: DictConfig) -> dict:
     """The ``eval pasa`` task."""
     from scholar_agents.runtime.run_dir import run_dir
@@ -201,10 +241,12 @@ def pasa(cfg: DictConfig) -> dict:
 
     from scholar_agents.eval.pasa_metrics import RECALL_KS
     from scholar_agents.validation import (
-        UsageError, check_queries_group, existing_dir, positive_int, positive_ints, reading,
+        UsageError, check_kinds, check_queries_group, existing_dir, positive_int, positive_ints, reading,
     )
 
     check_queries_group(cfg.queries)
+    check_kinds(cfg)
+    check_rows(cfg.rows, cfg.get("resume_dir"))
     positive_ints(cfg.ks, "ks")
     unknown = sorted(set(int(k) for k in cfg.ks) - set(RECALL_KS))
     if unknown:  # every row's recall@k columns are RECALL_KS: another k would fail in the report, after the crawls

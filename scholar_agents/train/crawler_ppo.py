@@ -38,10 +38,12 @@ def _crawler_ppo(cfg: DictConfig, handler) -> dict:
     from scholar_agents.train.ppo.rollout import check_colocated_tensor_parallel
     from scholar_agents.train.ppo.inputs import build_ppo_inputs
     from scholar_agents.train.ppo.trainer import PPOTrainer
+    from scholar_agents.validation import check_kinds
 
-    # refused before anything is loaded: grpo / rloo crawls without a budget, TP > 1 colocated engines (one line
-    # each), then `scholar plan`: a plan that does not fit the GPUs stops here, naming the fix (skipped on CPU;
-    # cluster.memory_check=false starts anyway)
+    # refused before anything is loaded: an unknown kind, backend or ranking, grpo / rloo crawls without a budget,
+    # TP > 1 colocated engines (one line each), then `scholar plan`: a plan that does not fit the GPUs stops here,
+    # naming the fix (skipped on CPU; cluster.memory_check=false starts anyway)
+    check_kinds(cfg)
     critic_free_crawl_budget(str(cfg.ppo.estimator), cfg.crawler.env)
     check_colocated_tensor_parallel(str(cfg.llm.backend), int(cfg.llm.get("tensor_parallel_size") or 1),
                                     int(os.environ.get("WORLD_SIZE", "1")))
