@@ -40,4 +40,6 @@ def typed(cls: type[T], node: Any, what: str | None = None) -> T:
     except ValueError as e:
         # a value the dataclass refuses (its __post_init__, or OmegaConf's type check) is what the user configured:
         # one line naming it, not a traceback (OmegaConf's own message spans several lines: its first says it)
-        raise UsageError(str(e).strip().splitlines()[0] if str(e).strip() else repr(e)) from e
+        first = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
+        key = getattr(e, "full_key", None) or getattr(e, "key", None)  # OmegaConf's type check knows the field
+        raise UsageError(f"{what or cls.__name__}.{key}: {first}" if key else first) from e
