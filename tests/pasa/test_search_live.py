@@ -58,6 +58,9 @@ def overrides(cache, arxiv_url, llm_url, corpus):
             "selector=cpu",  # the LLM Selector, answered by the fake server (the order below is its P("True"))
             *[f"llm.{o}" for o in llm], *[f"selector_llm.{o}" for o in llm],
             "crawler.policy.constrained=false", "crawler.env.search_k=3", "crawler.env.max_sessions=3",
+            # the recorded arXiv answers are those of the Crawler's one search (pasa search also searches the
+            # user's words by default: a second live search the recording does not hold)
+            "crawler.env.search_user_query=false",
             "query=low rank adaptation of language models", "before=2021-09-30"]
 
 
