@@ -241,10 +241,12 @@ def pasa(cfg: DictConfig) -> dict:
 
     from scholar_agents.eval.pasa_metrics import RECALL_KS
     from scholar_agents.validation import (
-        UsageError, check_kinds, check_queries_group, existing_dir, positive_int, positive_ints, reading,
+        UsageError, check_queries_group, existing_dir, positive_int, positive_ints, reading,
     )
 
     check_queries_group(cfg.queries)
+    from scholar_agents.pasa.kinds import check_kinds
+
     check_kinds(cfg)
     check_rows(cfg.rows, cfg.get("resume_dir"))
     positive_ints(cfg.ks, "ks")

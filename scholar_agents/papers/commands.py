@@ -17,10 +17,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from scholar_agents.runtime.run_dir import run_dir
 from scholar_agents.papers.corpus import build_store, to_papers_config
-from scholar_agents.papers.index import load_or_build_search, to_search_config
+from scholar_agents.papers.index import KINDS, load_or_build_search, to_search_config
 from scholar_agents.papers.loaders import LOADERS
 from scholar_agents.validation import (
-    UsageError, check_kinds, existing_file, optional_positive_int, parse_date, positive_int, reading,
+    UsageError, existing_file, one_of, optional_positive_int, parse_date, positive_int, reading,
 )
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ def search(cfg: DictConfig) -> dict[str, Any]:
     pcfg = to_papers_config(cfg.papers)
     scfg = to_search_config(cfg.search)
     # Everything the user typed is checked before an index or a model is loaded.
-    check_kinds(cfg)
+    one_of(cfg.search.get("kind", "hybrid"), "search.kind", KINDS)  # before the index is built
     k = positive_int(cfg.k if cfg.get("k") is not None else scfg.k, "k", "the number of hits per query")
     before = parse_date(cfg.get("before"), "before")
     limit = optional_positive_int(cfg.get("limit"), "limit", "the first N queries of queries_file; null = all")

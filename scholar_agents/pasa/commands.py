@@ -21,10 +21,12 @@ def search(cfg: DictConfig) -> dict:
     from scholar_agents.runtime.run_dir import run_dir
     from scholar_agents.pasa.search_run import write_search_run
     from scholar_agents.validation import (
-        UsageError, check_kinds, check_queries_group, optional_positive_int, parse_date, reading,
+        UsageError, check_queries_group, optional_positive_int, parse_date, reading,
     )
 
     optional_positive_int(cfg.get("top"), "top", "rows per query in the printed table; null = all")
+    from scholar_agents.pasa.kinds import check_kinds
+
     check_kinds(cfg)
     res = None
     if cfg.get("seed_paper"):

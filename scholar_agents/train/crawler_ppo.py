@@ -38,7 +38,7 @@ def _crawler_ppo(cfg: DictConfig, handler) -> dict:
     from scholar_agents.train.ppo.rollout import check_colocated_tensor_parallel
     from scholar_agents.train.ppo.inputs import build_ppo_inputs
     from scholar_agents.train.ppo.trainer import PPOTrainer
-    from scholar_agents.validation import check_kinds
+    from scholar_agents.pasa.kinds import check_kinds
 
     # refused before anything is loaded: an unknown kind, backend or ranking, grpo / rloo crawls without a budget,
     # TP > 1 colocated engines (one line each), then `scholar plan`: a plan that does not fit the GPUs stops here,
