@@ -34,15 +34,7 @@ DEV=${DEV:-../shared/data/queries/autoscholarquery_dev.jsonl}
 [ -f "$DEV" ] || { echo "needs $DEV (the shared data)" >&2; exit 2; }
 export WANDB_MODE=${WANDB_MODE:-offline} TOKENIZERS_PARALLELISM=false
 mkdir -p "$OUT"
-"$PY" - "$DEV" "$HELD" "$OUT/heldout_queries.jsonl" <<'PYEOF'
-import json, sys
-from pathlib import Path
-dev, held, out = sys.argv[1:4]
-keep = set(Path(held).read_text().split())
-lines = [l for l in Path(dev).read_text().splitlines() if l.strip() and str(json.loads(l)["qid"]) in keep]
-Path(out).write_text("".join(l + "\n" for l in lines))
-print(f"{len(lines)} held-out queries -> {out}")
-PYEOF
+"$PY" scripts/heldout_queries.py "$DEV" "$HELD" "$OUT/heldout_queries.jsonl"
 
 AGENT="{name: agent, method: agent, fallback_search: true, use_selector: false, limit: $AGENT_QUERIES, label: 'Agent (default: adapter, grammar, fallback search)'}"
 POLICY="{name: agent_policy, method: agent, use_selector: false, limit: $AGENT_QUERIES, label: 'Agent, learned policy alone (no fallback)'}"

@@ -39,15 +39,7 @@ BY_HAND=scholar_agents/assets/researcher_requests/heldout_by_hand.jsonl
 [ -f "$DEV" ] || { echo "needs $DEV (the shared data)" >&2; exit 2; }
 export WANDB_MODE=${WANDB_MODE:-offline} TOKENIZERS_PARALLELISM=false
 mkdir -p "$OUT"
-"$PY" - "$DEV" "$HELD" "$OUT/heldout_queries.jsonl" <<'PYEOF'
-import json, sys
-from pathlib import Path
-dev, held, out = sys.argv[1:4]
-keep = set(Path(held).read_text().split())
-lines = [l for l in Path(dev).read_text().splitlines() if l.strip() and str(json.loads(l)["qid"]) in keep]
-Path(out).write_text("".join(l + "\n" for l in lines))
-print(f"{len(lines)} held-out queries -> {out}")
-PYEOF
+"$PY" scripts/heldout_queries.py "$DEV" "$HELD" "$OUT/heldout_queries.jsonl"
 
 AGENT="{name: agent, method: agent, fallback_search: true, search_user_query: true, label: 'Agent (default, no related expansion)'}"
 RELATED="{name: agent_related, method: agent, fallback_search: true, search_user_query: true, related_expand: true, label: 'Agent + related expansion'}"

@@ -84,7 +84,7 @@ CASES = [
     (["pasa", "search", "queries.path={d}/empty.jsonl"], "empty.jsonl': no query in it"),
     (["train", "crawler_ppo", "queries.train.path={d}/empty.jsonl"], "empty.jsonl': no training query in it"),
     (["train", "crawler_ppo", "crawler.env.fallback_search=true"], "crawler.env.fallback_search=true cannot be used"),
-    # issue 51 item 8: names the builders refused only when they ran (after the store, an index, a row's crawls)
+    # names the builders refused only when they ran (after the store, an index, a row's crawls)
     (["eval", "pasa", "rows=[{name: a, method: serach}]"], "rows[0].method must be one of search, paraphrase"),
     (["eval", "pasa", "rows=[{name: a, method: search, search: bm52}]"], "rows[0].search must be one of bm25, dense"),
     (["eval", "pasa", "rows=[{name: a, method: agent, ranking: score}]"], "rows[0].ranking must be one of selector"),

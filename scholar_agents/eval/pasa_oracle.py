@@ -44,8 +44,6 @@ def gold_blind_oracle(search, store: PaperStore, queries: Sequence[ScholarQuery]
     ``env_cfg.search_k`` hits, related searches with ``env_cfg.related_k``."""
     if max_searches < 1:
         raise ValueError(f"max_searches must be >= 1, got {max_searches}")
-    related_cfg = CrawlConfig(**{**env_cfg.__dict__, "related_expand": True, "max_actions": env_cfg.max_actions or 1,
-                                 "max_queue": env_cfg.max_queue or 1})
     out = []
     for q, before in zip(queries, befores):
         gold = {norm_id(g) for g in q.gold_ids}
@@ -88,7 +86,7 @@ def gold_blind_oracle(search, store: PaperStore, queries: Sequence[ScholarQuery]
             new = [p for p in hits[best][:follow] if p not in followed]
             followed.update(new)
             papers = store.get_many(new, with_sections=False) if new else {}
-            related = [o.query for p in new if p in papers for o in related_outline(papers[p], related_cfg)]
+            related = [o.query for p in new if p in papers for o in related_outline(papers[p], env_cfg)]
             run(related, env_cfg.related_k, rnd[best] + 1)
         if not crawl.searched and first:  # a budget of one search and no gold in reach: the request's first
             crawl.searched, crawl.rounds = [first[0]], [1]

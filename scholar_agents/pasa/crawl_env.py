@@ -22,6 +22,10 @@ and queues the hits with ``found_by="related"``. One :class:`OutlineSection` lis
 the constrained grammar (``Crawler.constraint``) and the executor; :func:`gets_session` is the one rule deciding
 which papers get a session (the environment, PPO's rollout and ``data_gen crawler_sessions``).
 
+One file (~600 lines) on purpose: the rules (:class:`CrawlConfig`), what a session offers (the outline), the
+parser-executor and the queue bookkeeping share :class:`QueryState` and change together; split, every change would
+touch three modules.
+
 Every paper is added to the queue at most once per query (de-duplication against the whole queue). Each added
 paper of depth < ``max_depth`` gets its own S_{q+p} session later (search hits are depth 1; PaSa §5.2 limits the
 paper tree to depth 3). Budgets on actions, queue size, sessions and generated tokens end a query's crawl early.
