@@ -17,8 +17,12 @@ grammar's ``render_response``, so the SFT data is exactly what the Crawler sees 
 Only papers with section → reference structure can start an expand session; in the bundled data few papers have
 it (unarXive, research-town), and the report counts how many search hits had sections. With
 ``crawler.env.related_expand`` (ours) a sectionless hit gets a *related* expand session instead: its outline is
-the paper's related searches, and a search is selected when its hits add gold papers the query's searches had not
-found (:func:`related_expand_sessions`).
+the paper's related searches, and a search is selected when its hits add gold papers the crawl had not found
+(:func:`related_expand_sessions`). Which crawl (``data_gen.related_found``): ``user_query`` (default) = a gold-blind
+one, the search of the user's own words that serving always runs (``crawler.env.search_user_query``): the papers
+followed are its sectionless hits, and a positive is a search that adds gold to them; ``teacher`` = the verified
+teacher's searches, which read the gold titles, so they have usually found what a related search would add (1.9 %
+of sessions positive on the shared corpus: a student of that data learns to stop).
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ log = logging.getLogger(__name__)
 # item keys guard those): a re-run with other values still resumes.
 _NOT_IN_FINGERPRINT = ("queries", "eval_fraction", "shard_size")
 TEACHERS = ("llm", "verified")
+RELATED_FOUND = ("user_query", "teacher")
 
 
 @dataclass
@@ -100,6 +105,10 @@ class CrawlerSessionsConfig:
     papers_per_query: int = 3  # expand sessions per user query (PaSa: 9,978 expand / 3,011 search sessions ~ 3.3)
     other_section_prob: float = 0.1  # A.1: a section citing no gold paper is selected with 10% probability
     keep_empty_expand: bool = True  # sessions in which no section was selected ("[Stop]" alone) are kept
+    # crawler.env.related_expand (ours): the crawl whose papers are followed and whose hits a related search must add
+    # gold to: user_query (gold-blind: the user's own words searched with crawler.env.search_k, what serving runs)
+    # | teacher (the verified teacher's searches: hindsight, they already hold most of what following would add)
+    related_found: str = "user_query"
     title_min_score: float = 90.0  # cited titles without an id are matched to the gold titles
     eval_fraction: float = 0.0  # held-out sessions (by user query) written to eval.jsonl
     shard_size: int = 16  # user queries per shard
@@ -193,6 +202,27 @@ def related_expand_sessions(env, search, jobs: list[tuple[ScholarQuery, Paper, s
                                                     "user_query": q.question, "paper_id": paper.paper_id,
                                                     "gold_sections": by_gold, "random_sections": by_chance}})
     return rows
+
+
+def _user_query_related_jobs(env, search, store, queries: list[ScholarQuery], dg, seed: int,
+                             stats: Counter) -> list[tuple[ScholarQuery, Paper, set[str]]]:
+    """``data_gen.related_found=user_query``: the gold-blind crawl is the user's own words searched as serving
+    does (``crawler.env.search_k`` hits, the query's before-date); up to ``papers_per_query`` of its sectionless
+    hits are followed (seeded), and a related search is judged against everything that search found."""
+    befores = [env.search_before(q.before) for q in queries] if env.cfg.date_filter else None
+    hits = search.search_batch([q.question for q in queries], k=env.cfg.search_k, before=befores)
+    jobs = []
+    for q, hs in zip(queries, hits):
+        ids = [h.paper_id for h in hs]
+        papers = store.get_many(ids)
+        eligible = [papers[i] for i in ids if i in papers and not papers[i].sections
+                    and gets_session(papers[i], env.cfg)]
+        stats["user_query_hits"] += len(ids)
+        stats["user_query_hits_gold"] += len({norm_id(i) for i in ids} & {norm_id(g) for g in q.gold_ids})
+        rng = random.Random(f"{seed}/related_papers/{q.qid}")
+        for paper in rng.sample(eligible, min(int(dg.papers_per_query), len(eligible))):
+            jobs.append((q, paper, set(ids)))
+    return jobs
 
 
 def _llm_teacher(llm, queries: list[ScholarQuery], dg, seed: int, stats: Counter):
@@ -304,6 +334,9 @@ def sessions_for_shard(llm, env, search, store, queries: list[ScholarQuery], dg,
         for i, h in zip(owner, hits):
             per_query[i].append(h)
         related_jobs: list[tuple[ScholarQuery, Paper, set[str]]] = []
+        gold_blind = env.cfg.related_expand and dg.related_found == "user_query"
+        if gold_blind:
+            related_jobs = _user_query_related_jobs(env, search, store, queries, dg, seed, stats)
         for q, hit_lists in zip(queries, per_query):
             ids = _merge_hits(hit_lists)
             papers = store.get_many(ids)
@@ -321,7 +354,8 @@ def sessions_for_shard(llm, env, search, store, queries: list[ScholarQuery], dg,
                                        min_score=float(dg.title_min_score))
             for paper in chosen:
                 if not paper.sections:  # related expansion: searched for the whole shard at once, below
-                    related_jobs.append((q, paper, set(ids)))
+                    if not gold_blind:
+                        related_jobs.append((q, paper, set(ids)))
                     continue
                 row = expand_session(env, q, paper, rng, float(dg.other_section_prob), gold_titles, stats)
                 if row is None:
@@ -397,6 +431,8 @@ def crawler_sessions(cfg: DictConfig) -> dict:
     limit = optional_positive_int(cfg.get("limit"), "limit", "the first N user queries; null = all")
     if dg.teacher not in TEACHERS:
         raise UsageError(f"data_gen.teacher must be one of {', '.join(TEACHERS)}, got {dg.teacher!r}")
+    if dg.get("related_found", "user_query") not in RELATED_FOUND:
+        raise UsageError(f"data_gen.related_found must be one of {', '.join(RELATED_FOUND)}, got {dg.related_found!r}")
     if dg.get("request_forms"):
         from scholar_agents.data_gen.request_forms import FORMS, ORIGINAL
 
