@@ -69,6 +69,10 @@ class LoraSettings:
     layers_to_transform: Optional[list[int]] = None
     # Merge the adapter into the base weights when saving final/, so vLLM loads one plain HF directory.
     merge_on_save: bool = True
+    # Continue training this saved LoRA adapter (a PEFT directory: adapter_config.json + weights, e.g. the shipped
+    # Crawler's assets/crawler_adapter) instead of a fresh one: its own r / targets / layers apply, the settings
+    # above that shape a new adapter are not read. null = a fresh adapter (the paper trains from the base model).
+    init_adapter: Optional[str] = None
 
 
 @dataclass
@@ -326,6 +330,10 @@ def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | N
         # (after SFTConfig: under ZeRO-3 its DeepSpeed config is alive, so the model is built partitioned)
         model = _load_adapted_model(model_path, model_init_kwargs, cfg)
         args.model_init_kwargs = None  # TRL refuses init kwargs with an instantiated model
+    if cfg.lora.enabled and cfg.lora.init_adapter:
+        model = _continue_adapter(model, model_path, model_init_kwargs, str(cfg.lora.init_adapter))
+        args.model_init_kwargs = None
+        peft_config = None  # the adapter brings its own LoraConfig
     trainer_cls = SFTTrainer
     extra: dict[str, Any] = {}
     if cfg.loss_on == "decision":
@@ -493,6 +501,27 @@ def run_sft(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = 
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _continue_adapter(model: Any, model_path: str, model_init_kwargs: dict, adapter_dir: str):
+    """The base model with a saved LoRA adapter loaded trainable (``sft.lora.init_adapter``): SFT continues from
+    it. Its weights may be stored in bf16 (the shipped adapter); they are loaded into the base model's dtype."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from scholar_agents.validation import UsageError
+
+    path = Path(adapter_dir)
+    if not (path / "adapter_config.json").is_file():
+        raise UsageError(f"sft.lora.init_adapter={adapter_dir}: no adapter_config.json there (a PEFT LoRA "
+                         "directory, e.g. scholar_agents/assets/crawler_adapter)")
+    if isinstance(model, str):
+        model = AutoModelForCausalLM.from_pretrained(model, **model_init_kwargs)
+    model = PeftModel.from_pretrained(model, str(path), is_trainable=True)
+    n = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    log.info("LoRA continued from %s (its own r=%s, %d trainable parameters)", path,
+             model.peft_config["default"].r, n)
+    return model
 
 
 def _check_head_init(cfg: DictConfig) -> None:

@@ -163,6 +163,37 @@ def test_lora_on_top_layers_saves_a_merged_plain_model(tiny_model_dir, sft_file,
     assert not torch.allclose(w(tuned, 1), w(base, 1))  # layer 1's adapter was merged in
 
 
+def test_lora_continues_from_a_saved_adapter(tiny_model_dir, sft_file, tmp_path):
+    """sft.lora.init_adapter: the second run starts from the first run's adapter (its own r and layers, whatever
+    sft.lora.r says) and moves it further; a directory without an adapter is refused in one line."""
+    from safetensors.torch import load_file
+
+    from scholar_agents.validation import UsageError
+
+    first = selector_sft(_cfg(tmp_path / "a", tiny_model_dir, sft_file, "sft.max_steps=2", "sft.lora.enabled=true",
+                              "sft.lora.r=4", "sft.lora.layers_to_transform=[1]",
+                              "sft.lora.target_modules=[q_proj,v_proj]", "sft.learning_rate=1e-2"))
+    start = Path(first["final_dir"]) / "adapter"
+    second = selector_sft(_cfg(tmp_path / "b", tiny_model_dir, sft_file, "sft.max_steps=2", "sft.lora.enabled=true",
+                               "sft.lora.r=8", f"sft.lora.init_adapter={start}", "sft.learning_rate=1e-2"))
+    a = load_file(str(start / "adapter_model.safetensors"))
+    b = load_file(str(Path(second["final_dir"]) / "adapter" / "adapter_model.safetensors"))
+    assert sorted(a) == sorted(b)  # the same modules (layer 1's q/v only): the saved adapter's config, not r=8
+    assert all(b[k].shape == a[k].shape for k in a)
+    assert {b[k].shape[0] for k in b if "lora_A" in k} == {4}  # rank 4, as saved
+    lora_b = [k for k in a if "lora_B" in k]
+    assert lora_b and any(not torch_allclose(a[k], b[k]) for k in lora_b)  # trained further from it
+    with pytest.raises(UsageError, match="no adapter_config.json"):
+        selector_sft(_cfg(tmp_path / "c", tiny_model_dir, sft_file, "sft.max_steps=1", "sft.lora.enabled=true",
+                          f"sft.lora.init_adapter={tmp_path}"))
+
+
+def torch_allclose(x, y) -> bool:
+    import torch
+
+    return torch.allclose(x.float(), y.float())
+
+
 def test_depth_pruned_head_only_run_changes_only_the_untied_head(tiny_model_dir, sft_file, tmp_path):
     """sft.keep_layers=1 sft.trainable=head: a 1-layer checkpoint whose decoder equals the base's first layer, whose
     input embeddings are untouched and whose (now untied) output head moved; it reloads and scores."""
