@@ -33,6 +33,7 @@ from scholar_agents.data_gen.autoscholarquery_report import parsing_stats, stats
 from scholar_agents.data_gen.citation_resolution import CitationResolver, ResolutionConfig
 from scholar_agents.data_gen.passages import DEFAULT_RELATED_WORK_HEADINGS
 from scholar_agents.data_gen.shards import LazyLLM, ShardedRun, run_shards, write_json, write_jsonl
+from scholar_agents.typed_config import typed
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,8 @@ def autoscholarquery(cfg: DictConfig) -> dict:
     from scholar_agents.validation import existing_file, optional_positive_int, reading
 
     dg = cfg.data_gen
+    # typed before any passage is read or prompt sent: a bad value ends the command here, not after the LLM calls
+    resolution = typed(ResolutionConfig, dg.resolution, "data_gen.resolution")
     if dg.get("constrained", False) and str(dg.response_prefix):
         raise ValueError("data_gen.constrained=true decodes Table 16's JSON schema from the first token; set "
                          "data_gen.response_prefix='' (a prefix would start the JSON outside the schema)")
@@ -139,7 +142,7 @@ def autoscholarquery(cfg: DictConfig) -> dict:
     llm_prompts = computed.get("llm_prompts", 0)
     store = open_store(cfg)
     try:
-        resolver = CitationResolver(store, ResolutionConfig(**OmegaConf.to_container(dg.resolution, resolve=True)))
+        resolver = CitationResolver(store, resolution)
         splits, stats = assemble(records, resolver, dg, int(cfg.seed))
         store_desc, store_len = str(store.path), len(store)
     finally:

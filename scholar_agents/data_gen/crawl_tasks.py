@@ -46,6 +46,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from scholar_agents.papers.paper import Paper, Reference, Section
 from scholar_agents.pasa.actions import EXPAND, SEARCH, render_response
+from scholar_agents.typed_config import typed
 
 log = logging.getLogger(__name__)
 
@@ -254,14 +255,14 @@ def crawl_tasks(cfg: DictConfig) -> dict:
     """``scholar data_gen crawl_tasks``: write one task's corpus, queries, uniform SFT sessions and known answers."""
     from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
 
-    tcfg = CrawlTaskConfig(**OmegaConf.to_container(cfg.crawl_task, resolve=True))
+    tcfg = typed(CrawlTaskConfig, cfg.crawl_task, "crawl_task")
+    env_cfg = typed(CrawlConfig, {**OmegaConf.to_container(cfg.crawler.env, resolve=True), **TASK_ENV}, "crawler.env")
     out = Path(str(cfg.out_dir))
     out.mkdir(parents=True, exist_ok=True)
     papers, splits = build_task(tcfg)
     by_id = {p.paper_id: p for p in papers}
     titles = {p.paper_id: p.title for p in papers}
-    env_cfg = {**OmegaConf.to_container(cfg.crawler.env, resolve=True), **TASK_ENV}
-    env = CrawlEnv(None, None, CrawlConfig(**env_cfg))  # prompts only: state_messages reads the Paper given
+    env = CrawlEnv(None, None, env_cfg)  # prompts only: state_messages reads the Paper given
     _write_jsonl(out / "papers.jsonl.gz", [p.to_dict() for p in papers], gz=True)
     for split, qs in splits.items():
         _write_jsonl(out / f"{split}.jsonl", [tq.to_pasa(titles) for tq in qs])

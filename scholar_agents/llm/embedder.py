@@ -11,9 +11,10 @@ import logging
 from typing import Sequence
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from scholar_agents.llm.config import EmbedderConfig
+from scholar_agents.typed_config import typed
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +93,4 @@ class Embedder:
 
 
 def build_embedder(cfg: EmbedderConfig | DictConfig | None = None) -> Embedder:
-    if cfg is None:
-        cfg = EmbedderConfig()
-    elif isinstance(cfg, DictConfig):
-        cfg = EmbedderConfig(**OmegaConf.to_container(cfg, resolve=True))  # type: ignore[arg-type]
-    return Embedder(cfg)
+    return Embedder(typed(EmbedderConfig, cfg, "embedder"))

@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from scholar_agents.runtime.run_dir import run_dir
 from scholar_agents.runtime.cluster import ClusterConfig
 from scholar_agents.runtime import preemption
+from scholar_agents.typed_config import typed
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ def _placement(backend: str | None):
 def probe(cfg: DictConfig) -> dict:
     import torch
 
-    p = SlurmProbeConfig(**OmegaConf.to_container(cfg.probe, resolve=True))
+    p = typed(SlurmProbeConfig, cfg.probe, "probe")
     if p.steps < 1 or p.batch_size < 1 or p.dim < 1:
         raise ValueError(f"probe.steps, probe.batch_size and probe.dim must be >= 1 (got {p})")
     from scholar_agents.runtime import collectives

@@ -105,6 +105,20 @@ def _rows(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
 
 
+def test_autoscholarquery_refuses_a_wrong_typed_resolution_setting_before_any_work(tmp_path):
+    from omegaconf import OmegaConf
+
+    from scholar_agents.validation import UsageError
+
+    cfg = compose("data_gen_autoscholarquery", [f"out_dir={tmp_path / 'asq'}"])
+    cfg = OmegaConf.create(OmegaConf.to_container(cfg))  # untyped, as a config built in code is
+    cfg.data_gen.resolution.min_score = "high"
+    with pytest.raises(UsageError) as e:
+        autoscholarquery(cfg)
+    assert str(e.value) == "data_gen.resolution.min_score: Value 'high' of type 'str' could not be converted to Float"
+    assert not (tmp_path / "asq").exists()  # no passage read, no shard written
+
+
 def test_autoscholarquery_end_to_end_and_resume(teacher_url, corpus, tmp_path):
     out = tmp_path / "asq"
     overrides = [f"out_dir={out}", "limit=12", "data_gen.shard_size=5", *corpus, *_teacher_llm(teacher_url, tmp_path)]

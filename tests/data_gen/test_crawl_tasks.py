@@ -193,6 +193,25 @@ def test_bad_task_is_refused():
         CrawlTaskConfig(task="three_hops")
 
 
+def test_a_wrong_typed_setting_is_one_line_naming_it(tmp_path):
+    from omegaconf import OmegaConf
+
+    from scholar_agents.data_gen.crawl_tasks import crawl_tasks
+    from scholar_agents.validation import UsageError
+
+    cfg = OmegaConf.create({"crawl_task": {"n_train": "six"}, "out_dir": str(tmp_path / "t"), "crawler": {"env": {}}})
+    with pytest.raises(UsageError) as e:
+        crawl_tasks(cfg)
+    assert str(e.value) == "crawl_task.n_train: Value 'six' of type 'str' could not be converted to Integer"
+    cfg = OmegaConf.create({"crawl_task": {}, "out_dir": str(tmp_path / "t"),
+                            "crawler": {"env": {"max_actions_per_session": "many"}}})
+    with pytest.raises(UsageError) as e:
+        crawl_tasks(cfg)
+    assert str(e.value) == ("crawler.env.max_actions_per_session: Value 'many' of type 'str' could not be converted "
+                            "to Integer")
+    assert not (tmp_path / "t").exists()  # both refused before anything was generated or written
+
+
 def test_task_overrides_compose_and_build_the_store_through_the_papers_group(generated, tmp_path):
     from scholar_agents.data_gen.paper_access import open_corpus
     from scholar_agents.hydra_app import compose

@@ -376,6 +376,16 @@ def test_probe_resumes_exactly_after_sigterm(no_slurm, tmp_path):
     assert resumed["weight_error"] == pytest.approx(straight["weight_error"], rel=1e-6)
 
 
+def test_probe_refuses_a_wrong_typed_setting_in_one_line_naming_it(no_slurm, tmp_path):
+    from scholar_agents.validation import UsageError
+
+    cfg = OmegaConf.create({"probe": {"steps": "many"}, "paths": {"output_dir": str(tmp_path)}})
+    with pytest.raises(UsageError) as e:
+        probe(cfg)
+    assert str(e.value) == "probe.steps: Value 'many' of type 'str' could not be converted to Integer"
+    assert not any(tmp_path.iterdir())  # refused before anything was written
+
+
 def _fake_sweep(root: Path, results: dict[float, dict | None]) -> Path:
     """A Hydra multirun dir as Hydra writes it: <n>/.hydra/overrides.yaml (+ the job's metrics file)."""
     root.mkdir(parents=True)
