@@ -37,11 +37,13 @@ def run_table(run: Path) -> str:
             out.append(f"| {p['row']} | {p['minus']} (paired crawler recall) | {p['queries']} | | | | "
                        f"{cell(p['crawler_recall'])} | |")
     if s.get("rerank_pairs"):
-        out += ["", "| agent top 10 (Selector order) | minus re-rank | queries | agent papers | re-ranked papers | "
-                "recall@10 | nDCG@10 |", "|---|---|---:|---:|---:|---|---|"]
+        out += ["", "| agent top 10 (Selector order) | minus: search top 10 or re-rank | queries | agent papers | "
+                "re-ranked papers | recall@10 | nDCG@10 |", "|---|---|---:|---:|---:|---|---|"]
         for p in s["rerank_pairs"]:
+            rerank = p.get("rerank_papers_mean")
             out.append(f"| {p['row']} | {p['minus']} | {p['queries']} | {p['queue_mean']:.1f} | "
-                       f"{p['rerank_papers_mean']:.1f} | {cell(p['recall_at_10'])} | {cell(p['ndcg_at_10'])} |")
+                       f"{'-' if rerank is None else f'{rerank:.1f}'} | {cell(p['recall_at_10'])} | "
+                       f"{cell(p['ndcg_at_10'])} |")
     return "\n".join(out) + "\n"
 
 

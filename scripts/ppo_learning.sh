@@ -46,12 +46,15 @@ PARTS=${PARTS:-"main sweep bench"}   # run a subset, e.g. PARTS=sweep (the parts
 DEV=../shared/data/queries/autoscholarquery_dev.jsonl
 PY=${PY:-python}
 if [ "$CRAWLER" = default ]; then
-  ADAPTER=scholar_agents/assets/crawler_adapter
+  # ADAPTER: another LoRA adapter of SmolLM2 trained on the same split (e.g. scripts/train_related_crawler.sh's);
+  # the split files stay the shipped adapter's
+  SPLIT=scholar_agents/assets/crawler_adapter
+  ADAPTER=${ADAPTER:-$SPLIT}
   POLICY=$("$PY" -c "import sys; from scholar_agents.llm.adapters import merged_checkpoint; \
 from scholar_agents.llm.embedded import smollm2_path; print(merged_checkpoint(str(smollm2_path()), sys.argv[1]))" "$ADAPTER" | tail -n 1)  # last line: libraries log to stdout
   # PPO trains on the adapter's own training queries (SFT data, no leak) and is judged on the ones it never saw
-  EXCLUDE_TRAIN=$ADAPTER/heldout_qids.txt
-  EXCLUDE_EVAL=$ADAPTER/train_qids.txt
+  EXCLUDE_TRAIN=$SPLIT/heldout_qids.txt
+  EXCLUDE_EVAL=$SPLIT/train_qids.txt
 else
   POLICY=$CRAWLER/final
   EXCLUDE_TRAIN=$CRAWLER/split/train_qids.txt

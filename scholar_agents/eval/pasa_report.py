@@ -179,10 +179,11 @@ def write_report(out: Path, summary: dict[str, dict], labels: dict[str, str], me
                  "| fusion, `pasa/ranking.py`); recall@10 and nDCG@10 of the top 10, paired over the row's queries. "
                  "The row's own order is in its recall@k columns above.", "", ranking_table(rpairs, labels)]
     if rrpairs:
-        text += ["## The agent's ranked top 10 against \"search, then Selector re-rank\"", "",
-                 "The agent's list in its Selector's order against the search of the user's words re-ranked by the "
-                 "same Selector (rows `method: search_rerank`; `budget_of: <agent row>` searches as many papers as "
-                 "that row's crawl held, query by query). Difference of the means (agent minus re-rank) with the "
+        text += ["## The agent's ranked top 10 against the search it wraps and \"search, then Selector re-rank\"", "",
+                 "The agent's list in its Selector's order (what `pasa search` and the page show first) against the "
+                 "top 10 of each plain search of the user's words, and against that search re-ranked by the same "
+                 "Selector (rows `method: search_rerank`; `budget_of: <agent row>` searches as many papers as that "
+                 "row's crawl held, query by query). Difference of the means (agent minus the other list) with the "
                  f"{level} bootstrap interval of the paired difference.", "", rerank_table(rrpairs, labels)]
     kinds = set((methods or {}).values())
     if "gold_blind_oracle" in kinds or "verified_teacher" in kinds:
@@ -211,10 +212,11 @@ def write_report(out: Path, summary: dict[str, dict], labels: dict[str, str], me
 
 
 def rerank_table(rrpairs: Sequence[dict], labels: dict[str, str]) -> str:
-    lines = ["| Agent row | minus: search + Selector re-rank | Queries | agent papers | re-ranked papers | recall@10 | "
-             "nDCG@10 |", "|---|---|---:|---:|---:|---|---|"]
+    lines = ["| Agent row | minus: the search it wraps (its top 10) or search + Selector re-rank | Queries | agent papers "
+             "| re-ranked papers | recall@10 | nDCG@10 |", "|---|---|---:|---:|---:|---|---|"]
     for p in rrpairs:
+        rerank = p.get("rerank_papers_mean")
         lines.append(f"| {labels.get(p['row'], p['row'])} | {labels.get(p['minus'], p['minus'])} | {p['queries']} | "
-                     f"{p['queue_mean']:.1f} | {p['rerank_papers_mean']:.1f} | {_fmt_diff(p['recall_at_10'])} | "
-                     f"{_fmt_diff(p['ndcg_at_10'])} |")
+                     f"{p['queue_mean']:.1f} | {'-' if rerank is None else f'{rerank:.1f}'} | "
+                     f"{_fmt_diff(p['recall_at_10'])} | {_fmt_diff(p['ndcg_at_10'])} |")
     return "\n".join(lines) + "\n"

@@ -130,11 +130,24 @@ def ranking_pairs(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = B
     return out
 
 
+def _search_top(row: dict, k: int) -> dict[str, float]:
+    """A plain search row's recall@k and nDCG@k from its gold ranks (the same definitions as pasa_metrics')."""
+    import math
+
+    ranks, n = row["gold_ranks"], row["n_gold_ids"]
+    ideal = sum(1.0 / math.log2(i + 2) for i in range(min(k, n)))
+    return {f"recall_at_{k}": recall_at_depth(ranks, n, k),
+            f"ndcg_at_{k}": sum(1.0 / math.log2(r + 1) for r in ranks if r <= k) / ideal}
+
+
 def rerank_pairs(rows_by_name: dict[str, list[dict]], methods: dict[str, str],
                  boot: BootstrapConfig = BootstrapConfig()) -> list[dict]:
-    """Each agent row's ranked top 10 (its Selector's order) against each "search, then Selector re-rank" row of
-    the same setting and phrasing, recall@10 and nDCG@10 paired over the queries both ran. ``methods``: row name
-    -> its method."""
+    """Each agent row's ranked top 10 (its Selector's order: what the page shows first) against the lists it must
+    not lose to, recall@10 and nDCG@10 paired over the queries both ran, in the same setting and phrasing:
+
+    - each plain search row's own top 10 (``minus_kind: search``: the search the agent wraps, the user's words);
+    - each "search, then Selector re-rank" row (``minus_kind: search_rerank``) at the number of papers it searched.
+    ``methods``: row name -> its method."""
     from scholar_agents.eval.pasa_metrics import RANK_K
 
     out = []
@@ -142,19 +155,24 @@ def rerank_pairs(rows_by_name: dict[str, list[dict]], methods: dict[str, str],
         if methods.get(a_name) != "agent":
             continue
         for b_name, b_rows in rows_by_name.items():
-            if methods.get(b_name) != "search_rerank" or group_of(a_name) != group_of(b_name):
+            kind = methods.get(b_name)
+            if kind not in ("search", "search_rerank") or group_of(a_name) != group_of(b_name):
+                continue
+            if kind == "search" and not (b_rows and all("gold_ranks" in r for r in b_rows)):
                 continue
             pairs = [(a, b) for a, b in _paired(a_rows, b_rows)
                      if a.get(f"selector_recall_at_{RANK_K}") is not None
-                     and b.get(f"selector_recall_at_{RANK_K}") is not None]
+                     and (kind == "search" or b.get(f"selector_recall_at_{RANK_K}") is not None)]
             if not pairs:
                 continue
-            entry = {"row": a_name, "minus": b_name, "queries": len(pairs),
+            b_top = [(_search_top(b, RANK_K) if kind == "search" else
+                      {m: b[f"selector_{m}"] for m in (f"recall_at_{RANK_K}", f"ndcg_at_{RANK_K}")}) for _, b in pairs]
+            entry = {"row": a_name, "minus": b_name, "minus_kind": kind, "queries": len(pairs),
                      "queue_mean": sum(a.get("n_queue") or 0 for a, _ in pairs) / len(pairs),
-                     "rerank_papers_mean": sum(b.get("n_queue") or 0 for _, b in pairs) / len(pairs)}
+                     "rerank_papers_mean": (sum(b.get("n_queue") or 0 for _, b in pairs) / len(pairs)
+                                            if kind == "search_rerank" else None)}
             for m in (f"recall_at_{RANK_K}", f"ndcg_at_{RANK_K}"):
-                entry[m] = paired_diff([a[f"selector_{m}"] for a, _ in pairs],
-                                       [b[f"selector_{m}"] for _, b in pairs], boot).to_dict()
+                entry[m] = paired_diff([a[f"selector_{m}"] for a, _ in pairs], [t[m] for t in b_top], boot).to_dict()
             out.append(entry)
     return out
 

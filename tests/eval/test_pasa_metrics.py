@@ -55,3 +55,19 @@ def test_means_ignore_missing_metrics_and_table_shows_dashes():
     assert cells[1] == "-" and cells[6] == "0.750 (0.50–1.00)" and cells[-1] == "2"
     no_ci = markdown_table(summarize({"search_bm25": rows}, BootstrapConfig(samples=0)), {"search_bm25": "BM25"})
     assert "| 0.7500 |" in no_ci
+
+
+def test_a_search_rows_top_10_from_its_gold_ranks_matches_the_ranked_metrics():
+    """pasa_stats._search_top rebuilds recall@10 / nDCG@10 of a plain search from its gold ranks (all the per-query
+    file keeps); it must equal the metrics computed on the ranking itself."""
+    import pytest
+
+    from scholar_agents.eval.pasa_metrics import gold_ranks, ndcg_at_k, recall_at_k
+    from scholar_agents.eval.pasa_stats import _search_top
+
+    gold = ["g1", "g2", "g3"]
+    ranking = ["x1", "g2", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "g1", "x10", "g3"]
+    row = {"gold_ranks": gold_ranks(gold, ranking), "n_gold_ids": 3}
+    top = _search_top(row, 10)
+    assert top["recall_at_10"] == pytest.approx(recall_at_k(gold, ranking, 10)) == pytest.approx(1 / 3)
+    assert top["ndcg_at_10"] == pytest.approx(ndcg_at_k(gold, ranking, 10))

@@ -65,7 +65,14 @@ def test_eval_pasa_ceiling_and_rerank_rows(tmp_path, tmp_path_factory, tiny_mode
     oracle = [json.loads(x) for x in (out / "per_query" / "oracle.jsonl").read_text().splitlines()]
     assert all(1 <= len(o["searched"]) <= 3 and o["rounds"][0] == 1 for o in oracle)
     summary = json.loads((out / "summary.json").read_text())
-    assert [(p["row"], p["minus"]) for p in summary["rerank_pairs"]] == [("agent", "rerank")]
+    # the agent's top 10 against the plain search's own top 10 and against the re-rank
+    assert [(p["row"], p["minus"], p["minus_kind"]) for p in summary["rerank_pairs"]] == [
+        ("agent", "search_bm25", "search"), ("agent", "rerank", "search_rerank")]
+    plain = summary["rerank_pairs"][0]
+    search_rows = [json.loads(x) for x in (out / "per_query" / "search_bm25.jsonl").read_text().splitlines()]
+    want = [sum(r <= 10 for r in s["gold_ranks"]) / s["n_gold_ids"] for s in search_rows]
+    assert plain["recall_at_10"]["mean_b"] == pytest.approx(sum(want) / len(want))
+    assert plain["rerank_papers_mean"] is None
     report = (out / "report.md").read_text()
     assert "search, then Selector re-rank" in report and "## Ceilings" in report
     assert "No policy that cannot read the gold can reach it" in report
