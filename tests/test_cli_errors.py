@@ -72,7 +72,7 @@ CASES = [
     (["thought", "run", "queries={d}/missing.jsonl"], "queries='{d}/missing.jsonl': no such file"),
     (["thought", "run", "queries={d}/malformed.jsonl", "knowledge=[{d}/nope.jsonl.gz]"],
      "knowledge[0]='{d}/nope.jsonl.gz': no such file"),
-    (["scipip", "ideas", "scipip.store_path={d}/nope.sqlite"], "no such paper store; build one with `scholar papers"),
+    (["scipip", "ideas", "scipip.store_path={d}/nope.sqlite"], "no such paper store; `scholar papers build` writes it"),
     (["scipip", "build_db", "scipip.store_path={d}/nope.sqlite"], "no such paper store"),
     # a value a config dataclass refuses (its __post_init__), checked for every schema'd group before the task runs
     (["train", "crawler_ppo", "ppo.estimator=foo"], "ppo.estimator must be one of ('paper_mc', 'gae', 'grpo', 'rloo')"),

@@ -37,8 +37,9 @@ def _check_inputs(sc: SciPIPConfig, backgrounds: bool = False) -> None:
     from scholar_agents.validation import UsageError
 
     if not Path(sc.store_path).is_file():
-        raise UsageError(f"scipip.store_path={sc.store_path!r}: no such paper store; build one with `scholar papers "
-                         "build` (the bundled sample), or point scipip.store_path at yours")
+        raise UsageError(f"scipip.store_path={sc.store_path!r}: no such paper store; `scholar papers build` writes it "
+                         "(with this command's papers=<name>: the bundled sample by default), or point "
+                         "scipip.store_path at yours")
     if backgrounds and not Path(sc.backgrounds_path).is_file():
         raise UsageError(f"scipip.backgrounds_path={sc.backgrounds_path!r}: no such file")
 

@@ -133,8 +133,9 @@ class IdeaJudgeConfig:
 class SciPIPConfig:
     """The `scipip` config group: where the database lives plus the three stages."""
 
-    # The paper store's SQLite file: SciPIP's tables live inside it (no Neo4j).
-    store_path: str = "${paths.cache_dir}/papers/store.sqlite"
+    # The paper store's SQLite file: SciPIP's tables live inside it (no Neo4j). Default: the store `scholar papers
+    # build` writes for the same `papers` group (its path is said once, in papers.corpus.PapersConfig.store).
+    store_path: str = "${papers.store}"
     backgrounds_path: str = "${paths.sample_dir}/scipip/acl2024_backgrounds.jsonl"
     num_backgrounds: int = 3
     background_offset: int = 0
