@@ -79,6 +79,9 @@ def resolve(argv: list[str]) -> tuple[tuple[str, str], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from scholar_agents.runtime.library_bars import library_bars_off_unless_terminal
+
+    library_bars_off_unless_terminal()  # first: tqdm reads TQDM_DISABLE when it is imported, and the task imports it
     from scholar_agents.hydra_app import run_task
     from scholar_agents.runtime import stack_dump
 

@@ -179,8 +179,12 @@ def run_task(task: Callable[[DictConfig], object], config_name: str, argv: list[
 
     def _main(cfg: DictConfig) -> object:
         # Runs where the task runs: this process, or a submitit launcher's job (one srun task per rank).
+        from scholar_agents.runtime.library_bars import library_bars_off_unless_terminal
+
         _register_resolvers()  # (a submitit job is a fresh process that only unpickled this function)
         set_run_dir(cfg)
+        # again where the task runs (a submitit job's stderr is its Slurm file; an in-process caller skipped the CLI)
+        library_bars_off_unless_terminal()
         with usage_errors_in_one_line(prog), task_environment(cfg):
             result["value"] = task(cfg)
         return result["value"]

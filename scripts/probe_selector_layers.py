@@ -30,16 +30,16 @@ log = logging.getLogger("probe_selector_layers")
 def hidden_states(model, tok, rows: list[dict], max_abstract_chars: int | None, batch: int) -> np.ndarray:
     """[n, layers + 1, d] states at the last prompt position (left padding keeps it at index -1)."""
     import torch
-    from tqdm import tqdm
 
     from scholar_agents.pasa.prompts import selector_messages
     from scholar_agents.pasa.selector import truncate_abstract
+    from scholar_agents.runtime.progress import progress_bar
 
     texts = [tok.apply_chat_template(selector_messages(r["query"], r["title"],
                                                        truncate_abstract(r["abstract"], max_abstract_chars)),
                                      tokenize=False, add_generation_prompt=True) for r in rows]
     out = []
-    for i in tqdm(range(0, len(texts), batch), desc="hidden states", unit="batch"):
+    for i in progress_bar(range(0, len(texts), batch), desc="hidden states", unit="batch"):
         enc = tok(texts[i:i + batch], return_tensors="pt", padding=True, add_special_tokens=False)
         with torch.no_grad():
             hs = model(**enc, output_hidden_states=True).hidden_states

@@ -19,8 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
+from scholar_agents.runtime.progress import progress_bar
 from scholar_agents.validation import read_jsonl
 
 log = logging.getLogger(__name__)
@@ -166,7 +165,7 @@ def run_shards(run: ShardedRun, items: Sequence[Any], key: Callable[[Any], str],
     computed: Counter = Counter()
     handler = PreemptionHandler.install()
     try:
-        for shard, chunk in tqdm(shards_of(items, shard_size), desc=desc, unit="shard"):
+        for shard, chunk in progress_bar(shards_of(items, shard_size), desc=desc, unit="shard"):
             keys = [key(x) for x in chunk]
             if run.done(shard, keys):
                 recs, st = run.load(shard)

@@ -14,6 +14,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from scholar_agents.llm.config import EmbedderConfig
+from scholar_agents.runtime.progress import bars_on_terminal
 from scholar_agents.typed_config import typed
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ class Embedder:
         vecs = self._model.encode(
             texts,
             batch_size=batch_size or self.cfg.batch_size,
-            show_progress_bar=show_progress,
+            show_progress_bar=show_progress and bars_on_terminal(),  # its "Batches" bar only where it is redrawn
             convert_to_numpy=True,
             normalize_embeddings=self.cfg.normalize,
             **({"task": self.cfg.task, "prompt_name": self.cfg.task} if self.cfg.task else {}),

@@ -14,7 +14,6 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from scholar_agents.llm.base import LLM, Completion, Generation, Prompt, SamplingParams, repetition_controls
 from scholar_agents.llm.cache import model_identity
@@ -23,6 +22,7 @@ from scholar_agents.llm.completions import build_completion, end_of_sequence_ids
 from scholar_agents.llm.config import LLMConfig
 from scholar_agents.llm.constraints import OutputConstraint, warn_unconstrained
 from scholar_agents.llm.precision import resolve_device, resolve_torch_dtype
+from scholar_agents.runtime.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ class HFBackend(LLM):
         batches = [order[i : i + per_batch] for i in range(0, len(order), per_batch)]
         results: list[Generation | None] = [None] * len(ids)
         seed = self.cfg.seed if params.seed is None else params.seed
-        for b, batch in enumerate(tqdm(batches, desc="hf generate", leave=False, disable=len(batches) < 2)):
+        for b, batch in enumerate(progress_bar(batches, desc="hf generate", leave=False, disable=len(batches) < 2)):
             raise_if_cancelled()
             # A private RNG stream per batch: reproducible for a given call, and the caller's global RNG is untouched.
             with torch.random.fork_rng(devices=self._rng_devices):
@@ -256,7 +256,7 @@ class HFBackend(LLM):
         out = np.zeros((len(ids), len(cand)), dtype=np.float64)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         batches = [order[i : i + self.cfg.batch_size] for i in range(0, len(order), self.cfg.batch_size)]
-        for batch in tqdm(batches, desc="hf next-token probs", leave=False, disable=len(batches) < 2):
+        for batch in progress_bar(batches, desc="hf next-token probs", leave=False, disable=len(batches) < 2):
             raise_if_cancelled("scoring")
             enc = self._pad([ids[i] for i in batch])
             # Left padding shifts real tokens right: positions must count real tokens only, as generate() does.

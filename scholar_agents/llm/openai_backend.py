@@ -26,7 +26,6 @@ from typing import Any, Sequence
 
 import httpx
 import numpy as np
-from tqdm.auto import tqdm
 
 from scholar_agents.llm.base import LLM, Generation, Prompt, SamplingParams, repetition_controls
 from scholar_agents.llm.cache import model_identity
@@ -34,6 +33,7 @@ from scholar_agents.llm.cancel import current_event, raise_if_cancelled
 from scholar_agents.llm.completions import build_completion, end_of_sequence_ids
 from scholar_agents.llm.config import LLMConfig
 from scholar_agents.llm.constraints import OutputConstraint, warn_unconstrained
+from scholar_agents.runtime.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class OpenAIBackend(LLM):
                     for f in futures:
                         f.cancel()
                     raise_if_cancelled()
-        return [f.result() for f in tqdm(futures, desc=desc, leave=False, disable=len(items) < 32)]
+        return [f.result() for f in progress_bar(futures, desc=desc, leave=False, disable=len(items) < 32)]
 
     # ---- generation ----
 

@@ -38,6 +38,7 @@ from scholar_agents.llm.cache import model_identity
 from scholar_agents.llm.completions import build_completion, end_of_sequence_ids
 from scholar_agents.llm.config import LLMConfig
 from scholar_agents.llm.precision import resolve_dtype_name
+from scholar_agents.runtime.progress import progress_bar
 
 if TYPE_CHECKING:
     import torch
@@ -298,7 +299,8 @@ def run_engine(engine, requests: list[Request]) -> list[list[dict]]:
 
     prompts = [TokensPrompt(prompt_token_ids=ids) for ids, _ in requests]
     sampling = [VSamplingParams(**_with_structured_outputs(kw)) for _, kw in requests]
-    outputs = engine.generate(prompts, sampling, use_tqdm=len(requests) >= 64)
+    # vLLM takes a bar factory: ours, so that off a terminal its "Processed prompts" bar is lines in the log
+    outputs = engine.generate(prompts, sampling, use_tqdm=progress_bar if len(requests) >= 64 else False)
     plain = []
     for out in outputs:
         samples = []

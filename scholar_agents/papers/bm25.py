@@ -16,6 +16,7 @@ import numpy as np
 from scholar_agents.papers.dated_docs import DatedDocs
 from scholar_agents.papers.search_base import Hit, SearchBackend, per_query_dates
 from scholar_agents.runtime.jax_guard import import_bm25s
+from scholar_agents.runtime.progress import bars_on_terminal
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,8 @@ class BM25Search(SearchBackend):
         if len(texts) != len(docs):
             raise ValueError(f"{len(texts)} texts for {len(docs)} documents")
         tokenizer = make_tokenizer(stopwords, stemmer)
+        # bm25s draws plain tqdm bars ("Tokenize texts", ...): in a log each redraw would stay, so only on a terminal
+        progress = progress and bars_on_terminal()
         ids = tokenizer.tokenize(list(texts), update_vocab=True, return_as="ids", show_progress=progress)
         model = bm25s.BM25(k1=k1, b=b, method=method)
         model.index(ids, show_progress=progress)

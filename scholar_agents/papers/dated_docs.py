@@ -14,9 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from tqdm import tqdm
-
 from scholar_agents.papers.paper import Paper
+from scholar_agents.runtime.progress import progress_bar
 
 _COMPACT = re.compile(r"^(\d{4})(\d{2})(\d{2})$")
 _ISO = re.compile(r"^\d{4}(-\d{2}(-\d{2})?)?$")
@@ -110,7 +109,7 @@ class DatedDocs:
         """Sort ``papers`` by (date, id) and return the order plus the texts to index, with a fingerprint of
         exactly what gets indexed (ids, dates, texts, fields, undated policy): any change means rebuild."""
         rows = []
-        for p in tqdm(papers, desc="collect documents", disable=not progress):
+        for p in progress_bar(papers, desc="collect documents", disable=not progress):
             rows.append((p.date or "", p.paper_id, doc_text(p, fields)))
         if keep_undated:
             rows.sort(key=lambda r: (date_key(r[0]), r[1]))

@@ -22,7 +22,6 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 from omegaconf import DictConfig
-from tqdm import tqdm
 
 from scholar_agents.papers.bm25 import BM25Search
 from scholar_agents.papers.dated_docs import DatedDocs
@@ -33,6 +32,7 @@ from scholar_agents.papers.live.arxiv_api import ArxivApiConfig
 from scholar_agents.papers.live.semantic_scholar import SemanticScholarConfig
 from scholar_agents.papers.online import OnlineSearch, OnlineSearchConfig
 from scholar_agents.papers.search_base import SearchBackend
+from scholar_agents.runtime.progress import progress_bar
 from scholar_agents.validation import UsageError
 
 log = logging.getLogger(__name__)
@@ -218,7 +218,7 @@ def _embeddings(cfg: SearchConfig, docs: DatedDocs, texts: list[str], embedder, 
     todo = np.flatnonzero(~done)
     if len(todo):
         log.info("encoding %d papers with %s ...", len(todo), key["model"])
-        bar = tqdm(total=len(todo), desc="encode papers", unit=" papers", disable=not progress)
+        bar = progress_bar(total=len(todo), desc="encode papers", unit=" papers", disable=not progress)
         for start in range(0, len(todo), ENCODE_CHUNK):
             rows = todo[start:start + ENCODE_CHUNK]
             vectors[rows] = embedder.encode([texts[i] for i in rows], batch_size=cfg.encode_batch_size, kind="doc")

@@ -16,10 +16,9 @@ import threading
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from tqdm import tqdm
-
 from scholar_agents.papers.paper import Paper, Reference, Section
 from scholar_agents.papers.titles import normalize_title, title_similarity
+from scholar_agents.runtime.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +138,7 @@ class PaperStore:
                 self._conn.execute("DROP TRIGGER IF EXISTS papers_au")
         n = 0
         batch: list[Paper] = []
-        bar = tqdm(desc=f"store {self.path.name}", unit=" papers", disable=not progress)
+        bar = progress_bar(desc=f"store {self.path.name}", unit=" papers", disable=not progress)
         try:
             for p in papers:
                 batch.append(p)
@@ -198,7 +197,7 @@ class PaperStore:
         titles = [r[0] for r in self._conn.execute(
             "SELECT DISTINCT ref_title FROM refs WHERE ref_id IS NULL AND ref_title IS NOT NULL")]
         resolved: list[tuple[str, str]] = []
-        for t in tqdm(titles, desc="resolve references", disable=not progress):
+        for t in progress_bar(titles, desc="resolve references", disable=not progress):
             pid = self.find_by_title(t, fuzzy=fuzzy, min_score=min_score)
             if pid is not None:
                 resolved.append((pid, t))

@@ -14,14 +14,13 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Sequence
 
-from tqdm.auto import tqdm
-
 from scholar_agents.llm import LLM, Completion, Generation, OutputConstraint, SamplingParams
 from scholar_agents.llm.base import REPETITION_OFF
 from scholar_agents.pasa.actions import QUERY_MAX_CHARS, SEARCH, action_constraint, render_response
 from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv, Session
 from scholar_agents.pasa.queries import ScholarQuery
 from scholar_agents.pasa.trajectory import S_Q, QueryTrajectory
+from scholar_agents.runtime.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +204,7 @@ def crawl(env: CrawlEnv, crawler: Crawler, queries: Sequence[ScholarQuery], run:
     if n < 1:
         raise ValueError(f"batch_sessions must be >= 1, got {n}")
     states = env.reset(queries, run=run)
-    bar = tqdm(total=len(states), desc=f"crawl run {run}", unit="query", disable=not progress)
+    bar = progress_bar(total=len(states), desc=f"crawl run {run}", unit="query", disable=not progress)
     done_before = 0
     sessions_run = 0
     while True:

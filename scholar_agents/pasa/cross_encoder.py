@@ -84,11 +84,11 @@ class CrossEncoderSelector(PairJudge):
     def pair_probabilities(self, queries: Sequence[str], texts: Sequence[str],
                            show_progress: bool = False) -> np.ndarray:
         """sigmoid(logit) per pair, in chunks of 8 forward batches (a progress bar ticks per chunk)."""
-        from tqdm.auto import tqdm
+        from scholar_agents.runtime.progress import progress_bar
 
         chunk = max(self.batch_size * 8, 1)
         out = [self.logits(queries[start:start + chunk], texts[start:start + chunk])
-               for start in tqdm(range(0, len(queries), chunk), desc="cross-encoder selector", unit="chunk",
-                                 disable=not show_progress or len(queries) <= chunk)]
+               for start in progress_bar(range(0, len(queries), chunk), desc="cross-encoder selector", unit="chunk",
+                                         disable=not show_progress or len(queries) <= chunk)]
         z = np.concatenate(out) if out else np.zeros(0)
         return 1.0 / (1.0 + np.exp(-z))

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from scholar_agents.llm.base import LLM, SamplingParams
 from scholar_agents.papers.paper import Paper
 from scholar_agents.pasa.prompts import SELECTOR_FALSE, SELECTOR_TRUE, selector_messages
+from scholar_agents.runtime.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -267,7 +267,7 @@ class Selector(PaperJudge):
         keys = [(p.query, p.title, truncate_abstract(p.abstract, self.max_abstract_chars)) for p in pairs]
         todo = list(dict.fromkeys(k for k in keys if k not in self._memo))
         chunks = range(0, len(todo), self.batch_size)
-        for start in tqdm(chunks, desc="selector", unit="batch", disable=not show_progress or len(chunks) < 2):
+        for start in progress_bar(chunks, desc="selector", unit="batch", disable=not show_progress or len(chunks) < 2):
             chunk = todo[start:start + self.batch_size]
             out = self.llm.next_token_probs([selector_messages(q, t, a) for q, t, a in chunk], DECISIONS)
             for key, row in zip(chunk, np.asarray(out, dtype=np.float64)):

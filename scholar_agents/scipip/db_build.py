@@ -22,12 +22,11 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from tqdm import tqdm
-
 from scholar_agents.llm.base import LLM, SamplingParams
 from scholar_agents.llm.constraints import OutputConstraint
 from scholar_agents.papers.paper import Paper
 from scholar_agents.papers.store import PaperStore
+from scholar_agents.runtime.progress import progress_bar
 from scholar_agents.scipip import prompts
 from scholar_agents.scipip.config import LiteratureDBConfig
 from scholar_agents.scipip.full_text import FullText, store_full_text_sources
@@ -200,7 +199,7 @@ class LiteratureDBBuilder:
         stores = {"summary": self._store_summary, "details": self._store_details, "keywords": self._store_keywords,
                   "method": self._store_method}
         touched = []
-        for pid, paper in tqdm(papers.items(), desc="scipip reparse", unit=" papers"):
+        for pid, paper in progress_bar(papers.items(), desc="scipip reparse", unit=" papers"):
             raw = self.db._raw(pid)
             for stage, store in stores.items():
                 if stage in raw:
@@ -247,7 +246,7 @@ class LiteratureDBBuilder:
         # Waves of `chunk_size` papers go through all four stages and the embeddings before the next wave starts
         # (committed after each): an interrupted build keeps complete papers, and each stage is still one
         # batched LLM call per wave. Similar abstract lengths in a wave waste less padding.
-        bar = tqdm(total=len(order), desc="scipip literature DB", unit=" papers")
+        bar = progress_bar(total=len(order), desc="scipip literature DB", unit=" papers")
         for i in range(0, len(order), self.cfg.chunk_size):
             wave = {pid: papers[pid] for pid in order[i : i + self.cfg.chunk_size]}
             self._run_stage("summary", wave, self._summary_chat, self.cfg.max_new_tokens_summary, self._store_summary,

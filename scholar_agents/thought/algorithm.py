@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterable, Sequence
 
 import numpy as np
-from tqdm import tqdm
 
+from scholar_agents.runtime.progress import progress_bar
 from scholar_agents.thought.config import ThoughtConfig, thought_config
 from scholar_agents.thought.memory import KINDS, Memory
 from scholar_agents.thought.packing import PackedContext, pack, pack_full_context
@@ -326,8 +326,8 @@ class ThoughtRetriever:
 
     def run(self, queries: Iterable[Query], update: bool = True, progress: bool = True) -> list[StepResult]:
         out: list[StepResult] = []
-        for step in tqdm(self.steps(list(queries), update), desc="thought-retriever", disable=not progress,
-                         unit="step"):
+        for step in progress_bar(self.steps(list(queries), update), desc="thought-retriever", disable=not progress,
+                                 unit="step"):
             out.extend(self.step(step, update=update))
         self.memory.save()
         return out

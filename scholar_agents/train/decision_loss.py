@@ -14,8 +14,9 @@ import logging
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 from trl import SFTTrainer
+
+from scholar_agents.runtime.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +95,8 @@ class DecisionLossTrainer(SFTTrainer):
         model.eval()
         states, targets = [], []
         device = next(model.parameters()).device
-        for i in tqdm(range(0, len(self.train_dataset), batch_size), desc="decision states (head_init=probe)",
-                      unit="batch", disable=not self.is_world_process_zero()):
+        for i in progress_bar(range(0, len(self.train_dataset), batch_size), desc="decision states (head_init=probe)",
+                              unit="batch", disable=not self.is_world_process_zero()):
             batch = self.data_collator([self.train_dataset[j]
                                         for j in range(i, min(i + batch_size, len(self.train_dataset)))])
             batch = {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor)}

@@ -93,9 +93,9 @@ def finetune_encoder(embedder, train: Sequence[SelectorPair], dev: Sequence[Sele
     to save (None when the zero-shot encoder won on dev)."""
     import torch
     from peft import LoraConfig, get_peft_model
-    from tqdm.auto import tqdm
 
     from scholar_agents.eval.metrics import roc_auc
+    from scholar_agents.runtime.progress import progress_bar
 
     groups = _groups(train, max_chars)
     if not groups:
@@ -145,8 +145,8 @@ def finetune_encoder(embedder, train: Sequence[SelectorPair], dev: Sequence[Sele
     st.max_seq_length = cfg.max_length
     t0, losses = time.perf_counter(), []
     st.train()  # dropout on, as in the uninterrupted run (a resumed one skips the step-0 dev pass that sets it)
-    bar = tqdm(range(state["step"] + 1, cfg.steps + 1), desc="encoder LoRA", unit="step",
-               initial=state["step"], total=cfg.steps, disable=None)
+    bar = progress_bar(range(state["step"] + 1, cfg.steps + 1), desc="encoder LoRA", unit="step",
+                       initial=state["step"], total=cfg.steps)
     for step in bar:
         queries, papers, positive = batch_at(groups, step, cfg)
         q = st(embedder.features(queries, kind="query"))["sentence_embedding"]
