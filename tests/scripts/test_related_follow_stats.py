@@ -1,0 +1,37 @@
+"""scripts/related_follow_stats.py: related sessions are told from sectioned ones by their outline, [Expand]s are
+counted by outline entry, and gold is what the related searches added."""
+
+import importlib.util
+
+from tests.paths import REPO
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("related_follow_stats", REPO / "scripts" / "related_follow_stats.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _session(state, outline, actions):
+    prompt = [{"role": "user", "content": f"... Sections: {outline}"}] if outline else [{"role": "user", "content": "q"}]
+    return {"start_state": state, "prompt": prompt, "actions": actions}
+
+
+def test_follow_stats_counts_related_sessions_and_the_gold_they_add():
+    m = _load()
+    traj = [{"qid": "q1", "sessions": [
+        _session("S_q", None, [{"kind": "search", "argument": "x", "added": ["g1", "n1"], "found_by": "search"}]),
+        _session("S_q+p", '["Title", "Key phrase: a b"]', [
+            {"kind": "expand", "argument": "Title", "added": ["n2", "g2"], "found_by": "related"},
+            {"kind": "expand", "argument": "Key phrase: a b", "added": ["n3"], "found_by": "related"},
+            {"kind": "stop", "argument": "", "added": [], "found_by": None}]),
+        _session("S_q+p", '["Title"]', [{"kind": "stop", "argument": "", "added": [], "found_by": None}]),
+        _session("S_q+p", '["Introduction", "Method"]', [  # a paper with sections: not a related session
+            {"kind": "expand", "argument": "Method", "added": ["g3"], "found_by": "expand"}]),
+    ]}, {"qid": "q2", "sessions": []}]
+    c = m.follow_stats(traj, {"q1": {"g1", "g2", "g3"}, "q2": {"g9"}})
+    assert c == {"queries": 2, "related_sessions": 2, "sessions_following": 1, "expands_title": 1,
+                 "expands_key_phrase": 1, "papers_added": 3, "gold_added": 1, "followed_papers_adding_gold": 1,
+                 "queries_following": 1}
+    assert "| agent | 2 | 2 | 1 | 1 / 1 | 3 | 1 | 1 of 1 |" in m.table({"agent": c})
