@@ -17,6 +17,8 @@
 # Selector re-rank at the related agent's number of papers per query (rerank_*). Budgets: crawler.env.max_actions
 # $MAX_ACTIONS, max_sessions $MAX_SESSIONS. AGENT_ROWS adds agent rows (e.g. an RL adapter:
 # "{name: agent_rl, method: agent, adapter: <dir>, fallback_search: true, search_user_query: true, related_expand: true}").
+# RELATED_ADAPTER=<adapter dir>: the related row (agent_related_sft) uses that adapter, the re-rank rows
+# (rerank_*_sft) its number of papers.
 # AGENTS=0 runs only the rows without an LLM (search, oracle, teacher, re-rank at RERANK_K papers): minutes, not hours.
 # Every eval resumes (resume_dir): re-run the same command after an interruption.
 set -euo pipefail
@@ -43,11 +45,18 @@ mkdir -p "$OUT"
 
 AGENT="{name: agent, method: agent, fallback_search: true, search_user_query: true, label: 'Agent (default, no related expansion)'}"
 RELATED="{name: agent_related, method: agent, fallback_search: true, search_user_query: true, related_expand: true, label: 'Agent + related expansion'}"
+RR=""   # suffix of the re-rank rows' names: they search as many papers as the related row's crawl held
+if [ -n "${RELATED_ADAPTER:-}" ]; then
+  # the related row with another adapter (scripts/train_related_crawler.sh's), in place of the shipped one (which
+  # writes [Stop] in every related session: its related row equals the agent row)
+  RELATED="{name: agent_related_sft, method: agent, adapter: '$RELATED_ADAPTER', fallback_search: true, search_user_query: true, related_expand: true, label: 'Agent + related expansion (adapter SFT on related sessions)'}"
+  RR=_sft
+fi
 ORACLE="{name: oracle, method: gold_blind_oracle, max_searches: $MAX_SEARCHES, label: 'Gold-blind oracle (reachable ceiling)'}"
 ORACLE1="{name: oracle_no_follow, method: gold_blind_oracle, max_searches: $MAX_SEARCHES, follow: 0, label: 'Gold-blind oracle, the request only (follows nothing)'}"
 TEACHER="{name: teacher, method: verified_teacher, label: 'Verified teacher (hindsight, not reachable)'}"
 # the re-rank rows search as many papers as the related agent's crawl held (query by query), or RERANK_K without agents
-if [ "$AGENTS" = 1 ]; then BUDGET="budget_of: agent_related"; else BUDGET="rerank_k: $RERANK_K"; fi
+if [ "$AGENTS" = 1 ]; then BUDGET="budget_of: agent_related$RR"; else BUDGET="rerank_k: $RERANK_K"; fi
 for set in $SETS; do
   if [ "$set" = heldout ]; then QPATH="$OUT/heldout_queries.jsonl"; PHR=("phrasings=[$FORMS]"); else QPATH=$BY_HAND; PHR=(); fi
   for setting in $SETTINGS; do
@@ -55,12 +64,12 @@ for set in $SETS; do
       BEFORE=$DENSE_BEFORE; [ "$setting" = whole_corpus ] && BEFORE=null
       SEARCH=(search=auto search.dense_before="$BEFORE")
       ROWS="{name: search_bm25, method: search, search: bm25},{name: search_hybrid, method: search, search: hybrid},"
-      ROWS+="{name: rerank_hybrid, method: search_rerank, search: hybrid, $BUDGET, label: 'hybrid + Selector re-rank'},"
+      ROWS+="{name: rerank_hybrid$RR, method: search_rerank, search: hybrid, $BUDGET, label: 'hybrid + Selector re-rank'},"
     else
       SEARCH=(search=bm25)
       ROWS="{name: search_bm25, method: search, search: bm25},"
     fi
-    ROWS+="{name: rerank_bm25, method: search_rerank, search: bm25, $BUDGET, label: 'BM25 + Selector re-rank'},$ORACLE,$ORACLE1,$TEACHER"
+    ROWS+="{name: rerank_bm25$RR, method: search_rerank, search: bm25, $BUDGET, label: 'BM25 + Selector re-rank'},$ORACLE,$ORACLE1,$TEACHER"
     [ "$AGENTS" = 1 ] && ROWS="$AGENT,$RELATED,$ROWS"
     [ -n "${AGENT_ROWS:-}" ] && ROWS+=",$AGENT_ROWS"
     DIR="$OUT/$set/$setting"; [ "$AGENTS" = 1 ] || DIR="$OUT/$set/${setting}_searches"; mkdir -p "$DIR"
