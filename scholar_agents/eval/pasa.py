@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
-from tqdm.auto import tqdm
 
 from scholar_agents.eval.bootstrap import BootstrapConfig
 from scholar_agents.eval.pasa_report import write_report
@@ -47,6 +46,7 @@ from scholar_agents.eval.pasa_rows import (  # noqa: I001
 from scholar_agents.eval.pasa_stats import comparisons, crawler_pairs, ranking_pairs, rerank_pairs, summarize
 from scholar_agents.pasa.queries import ScholarQuery
 from scholar_agents.pasa.trajectory import write_trajectories
+from scholar_agents.runtime.progress import progress_bar
 from scholar_agents.typed_config import typed
 from scholar_agents.validation import UsageError, jsonl_records
 
@@ -179,7 +179,8 @@ def run_rows(specs: Sequence[RowSpec], queries: Sequence[ScholarQuery], out: Pat
         if done:
             log.info("row %s: %d queries already done, %d to go", spec.name, len(done), len(todo))
         chunks = [todo[i:i + chunk_size] for i in range(0, len(todo), chunk_size)]
-        for chunk in tqdm(chunks, desc=f"eval {spec.name}", unit="chunk", disable=not progress or len(chunks) < 2):
+        for chunk in progress_bar(chunks, desc=f"eval {spec.name}", unit="chunk",
+                                  disable=not progress or len(chunks) < 2):
             rows, trajectories = run_chunk(spec, chunk)
             with path.open("a", encoding="utf-8") as f:
                 for r in rows:

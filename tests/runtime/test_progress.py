@@ -239,11 +239,9 @@ def test_a_bm25_build_off_the_terminal_draws_no_tokenize_bar(capsys):
     assert "Tokenize texts" not in err and "\r" not in err
 
 
-# Not yet on progress_bar: their owners are mid-change; each still draws tqdm's bar into a log.
-STILL_ON_TQDM = {"scholar_agents/eval/pasa.py", "scholar_agents/train/ppo/trainer.py"}
 
 
 def test_the_package_makes_its_bars_through_progress_bar():
     uses = {str(p.relative_to(REPO)) for p in (REPO / "scholar_agents").rglob("*.py")
             if p.name != "progress.py" and re.search(r"^\s*(from tqdm\b|import tqdm\b)", p.read_text(), re.M)}
-    assert uses == STILL_ON_TQDM
+    assert not uses, f"bars made with tqdm directly (use runtime.progress.progress_bar): {sorted(uses)}"

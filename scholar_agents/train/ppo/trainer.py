@@ -638,7 +638,7 @@ class PPOTrainer:
     # ---- the loop ----
 
     def train(self) -> dict:
-        from tqdm.auto import tqdm
+        from scholar_agents.runtime.progress import progress_bar
 
         from scholar_agents.runtime import preemption
 
@@ -662,7 +662,7 @@ class PPOTrainer:
                                 "%d (%s), leaving for requeue", ",".join(handler.received), self.start_step, path)
                     self.logger.close()
                     handler.exit_for_requeue()
-            bar = tqdm(range(self.start_step, p.total_steps), desc="ppo", unit="step",
+            bar = progress_bar(range(self.start_step, p.total_steps), desc="ppo", unit="step",
                        disable=not self.accelerator.is_main_process, initial=self.start_step, total=p.total_steps)
             for step in bar:
                 metrics = self.train_step(step)
