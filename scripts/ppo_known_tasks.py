@@ -1,7 +1,8 @@
 """Seeds x settings of session-level PPO on the known-answer crawl tasks (issue 26): what the thresholds in
 tests/train/ppo/test_learning.py and the tables in docs/ppo.md were measured with. Each run is the learning tests' own
-`train crawler_ppo` (tests/train/ppo/test_learning.py: the tiny random Qwen2 after `train crawler_sft` on the task's
-uniform sessions); one JSON line per run (means of the first 2 and the last 3 steps, and the per-step curves).
+`train crawler_ppo` through their harness (tests/fixtures/known_tasks.py: the tiny random Qwen2 after `train
+crawler_sft` on the task's uniform sessions); one JSON line per run (means of the first 2 and the last 3 steps, and
+the per-step curves).
 
     python scripts/ppo_known_tasks.py one_hop --seeds 0,1,2,3 total_steps=12
     python scripts/ppo_known_tasks.py one_hop --name gae estimator=gae
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 import time
 from pathlib import Path
@@ -34,58 +34,6 @@ sys.path.insert(0, str(REPO))
 
 KEYS = ("optimal_action_rate", "optimal_share", "optimal_section_rate", "hub_stop_rate", "recall", "actions_per_query",
         "selector_section_rate", "selector_share", "selector_recall")
-
-
-def train_selector(kt, task: str) -> Path:
-    """The task's Selector: `train selector_sft` on (question, paper) pairs from task.json."""
-    from scholar_agents.hydra_app import compose
-    from scholar_agents.papers.loaders import load_source
-    from scholar_agents.pasa.prompts import selector_messages, selector_target
-    from scholar_agents.train.selector_sft import selector_sft
-
-    info = kt[task]
-    spec = json.loads((info["dir"] / "task.json").read_text())
-    papers = {p.paper_id: p for p in load_source("paper_jsonl", info["dir"] / "papers.jsonl.gz")}
-    rng, rows = random.Random(0), []
-    for q in spec["queries"]["train"]:
-        labelled = [(p, True) for p in q["selector_class"] + q["gold"]]
-        # as many distractors as positives (at least 4): more True than False labels taught the tiny Selector to
-        # accept everything (measured with 6 gold papers: class, gold and distractors all accepted at 1.0)
-        n_neg = min(max(4, len(labelled)), len(q["distractors"]))
-        labelled += [(p, False) for p in rng.sample(q["distractors"], n_neg)]
-        for pid, label in labelled:
-            p = papers[pid]
-            rows.append({"messages": selector_messages(q["question"], p.title, p.abstract) + [
-                {"role": "assistant", "content": selector_target(label, "on topic" if label else "off topic")}]})
-    rng.shuffle(rows)
-    data = info["root"] / f"{task}_selector_pairs.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    out = info["root"] / f"{task}_selector_sft"
-    summary = selector_sft(compose("train_selector_sft", [
-        f"sft.model={kt.tiny}", f"sft.train_file={data}", f"sft.output_dir={out}",
-        f"sft.max_steps={kt.selector_steps}", f"sft.save_steps={kt.selector_steps}", f"sft.learning_rate={kt.sft_lr}",
-        "sft.lr_scheduler_type=constant", "sft.per_device_train_batch_size=8", "sft.warmup_ratio=0",
-        "sft.logging_steps=25", "sft.max_length=512", "sft.bf16=false",
-        "logging.wandb.enabled=false", f"paths.output_dir={info['root'] / 'selector_sft_run'}"]))
-    final = Path(summary["final_dir"])
-    accept_rates(final, spec, papers)
-    return final
-
-
-def accept_rates(model: Path, spec: dict, papers: dict) -> None:
-    from scholar_agents.llm import build_llm
-    from scholar_agents.llm.config import LLMConfig
-    from scholar_agents.pasa.selector import Selector, SelectorConfig
-
-    sel = Selector.from_config(build_llm(LLMConfig(backend="hf", model=str(model), dtype="float32", device="cpu",
-                                                   batch_size=16, max_model_len=1024)), SelectorConfig())
-    for split, queries in spec["queries"].items():
-        reqs = [(kind, q["question"], papers[pid]) for q in queries
-                for kind, ids in (("class", q["selector_class"]), ("gold", q["gold"]), ("distractor", q["distractors"][:4]))
-                for pid in ids]
-        decisions = sel.accept_many([(question, [p]) for _, question, p in reqs])
-        rates = {k: [d[0] for (kind, _, _), d in zip(reqs, decisions) if kind == k] for k in ("class", "gold", "distractor")}
-        print(json.dumps({"selector_accepts": split, **{k: round(sum(v) / len(v), 3) for k, v in rates.items() if v}}))
 
 
 def main() -> None:
@@ -101,7 +49,7 @@ def main() -> None:
 
     import torch
 
-    import tests.train.ppo.test_learning as harness
+    import tests.fixtures.known_tasks as harness
 
     torch.set_num_threads(1)
     harness.TASK_SIZES[args.task] = harness.TASK_SIZES.get(args.task, []) + args.size

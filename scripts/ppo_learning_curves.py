@@ -1,11 +1,11 @@
 """Learning curves of session-level PPO on the known-answer crawl tasks, each beside its ablation (issue 26 item 3):
 one_hop; two_hops with γ1 = 0.5 beside γ1 = 0 (Eq. 3's cross-session bootstrap); cost with c = 0.1 beside c = 0
 (Eq. 1's action cost); selector with α = 3 beside α = 0.05 (Eq. 2, the Selector as reward). Every run is the
-learning tests' own `train crawler_ppo` (tests/train/ppo/test_learning.py: its harness, recipes and thresholds) from
-`--base` after `train crawler_sft` on the task's uniform sessions. Writes one PNG per task — optimal-action rate,
-crawler recall (the Selector class's recall on selector, actions per query on cost), session return, KL to π_sft,
-the value's explained variance, entropy; mean over seeds, per step — and `curves.json` (the per-seed curves, seeds,
-wall time).
+learning tests' own `train crawler_ppo` (tests/train/ppo/test_learning.py's thresholds, through their harness and
+recipes in tests/fixtures/known_tasks.py) from `--base` after `train crawler_sft` on the task's uniform sessions.
+Writes one PNG per task — optimal-action rate, crawler recall (the Selector class's recall on selector, actions per
+query on cost), session return, KL to π_sft, the value's explained variance, entropy; mean over seeds, per step —
+and `curves.json` (the per-seed curves, seeds, wall time).
 
     python scripts/ppo_learning_curves.py --out outputs/ppo_learning_curves                    # tiny random Qwen2
     python scripts/ppo_learning_curves.py --base embedded:smollm2 --sft-steps 30 --tasks two_hops --seeds 0 \
@@ -99,7 +99,7 @@ def main() -> None:
 
     import torch
 
-    import tests.train.ppo.test_learning as harness
+    import tests.fixtures.known_tasks as harness
 
     torch.set_num_threads(1)
     out = Path(args.out)

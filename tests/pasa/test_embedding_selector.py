@@ -1,5 +1,6 @@
 """The embedding Selector (issue 37): the embedded MiniLM (from its wheel; nothing downloaded), a query adapter and a
-calibration. The learning test is a task with a known answer where the zero-shot cosine is wrong by construction."""
+calibration. The learning test is a task with a known answer where the zero-shot cosine is wrong by construction (the
+partner task, tests/fixtures/partner_task.py)."""
 
 from __future__ import annotations
 
@@ -17,15 +18,7 @@ from scholar_agents.pasa.embedding_selector import ADAPTER_FILE, EmbeddingSelect
 from scholar_agents.pasa.selector import SelectorPair
 from scholar_agents.pasa.selector_factory import build_selector, needs_llm
 from scholar_agents.train.selector_embedding import EmbeddingSelectorTrainConfig, train_embedding_selector
-
-# Each query topic's relevant papers are about its PARTNER topic; the negatives are about the query's own topic.
-# The zero-shot cosine prefers the same-topic negatives (AUC well below 0.5); a query map that sends each topic
-# towards its partner is the known answer.
-PARTNERS = [("protein folding", "graph neural networks"), ("speech recognition", "transformer language models"),
-            ("image segmentation", "reinforcement learning"), ("machine translation", "diffusion models"),
-            ("object detection", "bayesian optimization"), ("recommender systems", "contrastive learning")]
-TEMPLATES = ["papers on {t}", "which works study {t}?", "research about {t}", "give me studies of {t}",
-             "I need literature on {t}", "what has been published on {t}"]
+from tests.fixtures.partner_task import PARTNERS, TEMPLATES, partner_pairs
 
 
 @pytest.fixture(scope="module")
@@ -33,20 +26,6 @@ def embedder():
     from scholar_agents.llm.embedder import build_embedder
 
     return build_embedder()
-
-
-def partner_pairs(templates: list[str], tag: str) -> list[SelectorPair]:
-    pairs = []
-    for i, (a, b) in enumerate(PARTNERS):
-        for j, tmpl in enumerate(templates):
-            qid = f"{tag}-{i}-{j}"
-            query = tmpl.format(t=a)
-            for k in range(2):
-                pairs.append(SelectorPair(query=query, title=f"A study of {b} ({k})", abstract=f"We advance {b}.",
-                                          label=True, qid=qid))
-                pairs.append(SelectorPair(query=query, title=f"A study of {a} ({k})", abstract=f"We advance {a}.",
-                                          label=False, qid=qid))
-    return pairs
 
 
 def test_identity_adapter_is_the_calibrated_zero_shot_cosine(embedder):

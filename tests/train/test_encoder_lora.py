@@ -14,7 +14,7 @@ from scholar_agents.pasa.embedding_selector import EmbeddingSelector
 from scholar_agents.train.encoder_lora import CHECKPOINT_FILE, EncoderLoraConfig, batch_at, finetune_encoder
 from scholar_agents.train.pair_fitting import split_by_query
 from scholar_agents.train.selector_embedding import EmbeddingSelectorTrainConfig, train_embedding_selector
-from tests.pasa.test_embedding_selector import TEMPLATES, partner_pairs
+from tests.fixtures.partner_task import TEMPLATES, partner_pairs
 
 ENCODER = {"steps": 40, "batch_queries": 6, "negatives": 2, "eval_every": 10, "learning_rate": 1e-3,
            "max_length": 32, "rank": 4, "alpha": 8.0}

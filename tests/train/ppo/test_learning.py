@@ -4,9 +4,10 @@ the one crawl environment, Eq. 1-8, the value model — from a tiny random Qwen2
 choose uniformly among the valid actions, on a task written by `data_gen crawl_tasks`, and checks the `task/*`
 metrics the trainer logs (scholar_agents/train/ppo/known_task.py).
 
-Thresholds were measured over seeds 0-3 or 0-7 (seeds and spread in each test's docstring); a test fails when the
-math is wrong, e.g. with the advantage's sign flipped or the cross-session bootstrap dropped (issue 26's note shows
-both)."""
+The harness (the tasks, their start policies and Selectors, the runs) is tests/fixtures/known_tasks.py, which
+scripts/ppo_known_tasks.py and scripts/ppo_learning_curves.py measure with. Thresholds were measured over seeds 0-3
+or 0-7 (seeds and spread in each test's docstring); a test fails when the math is wrong, e.g. with the advantage's
+sign flipped or the cross-session bootstrap dropped (issue 26's note shows both)."""
 
 from __future__ import annotations
 
@@ -14,35 +15,16 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from scholar_agents.data_gen.crawl_tasks import task_overrides
-from scholar_agents.hydra_app import compose
+from tests.fixtures import known_tasks as harness
+from tests.fixtures.known_tasks import TASK_SIZES, TWO_HOPS, KnownTasks, mean, median, ppo_overrides, run_ppo
+from tests.fixtures.script_loader import load_script
 from tests.paths import REPO
 
 
 pytestmark = [pytest.mark.usefixtures("torch_one_thread"), pytest.mark.slow]
-
-
-TASK_SIZES = {  # per task: crawl_task overrides (cost: 5 sections, so the uniform start policy spends ~2.5
-    # [Expand]s a hub and the fall to the optimum's 1 is measurable)
-    "one_hop": [],
-    "cost": ["crawl_task.other_sections=4"],
-    # two_hops: leaf distractors instead of decoys (crawl_task.decoys=false: the bridge is the only paper a hub
-    # expansion adds that starts a session, so Eq. 3's bootstrap is the only thing that can favour Background) and 6
-    # gold papers behind the bridge (its session is worth ~0.75 x 6 x 1.5 under the uniform start policy)
-    "two_hops": ["crawl_task.decoys=false", "crawl_task.gold_per_query=6"],
-    # selector: Applications cites 3 class papers (no distractor), so expanding it pays ~2.2 α under Eq. 2 against
-    # Related Work's 3 α: with 1 class paper (+0.7 α) the tiny policy collapsed onto Related Work at every α
-    "selector": ["crawl_task.selector_class=3"],
-}
-
-# two_hops' recipe: 16 queries a step (the bridge sessions are the value's only informative states: ~6 a step at 8
-# queries left V̂ near its mean), the first 20 steps value warm-up with the policy frozen (PaSa §5.1 freezes it 50
-# steps), then 15 co-trained steps. Otherwise the one-hop recipe and the paper's α, c, β, ε.
-TWO_HOPS = {"queries_per_step": 16, "expand_sessions": "[16,32]", "policy_freeze_steps": 20, "total_steps": 35}
 
 
 @pytest.fixture(scope="module")
@@ -51,92 +33,6 @@ def known_tasks(tmp_path_factory):
     task's uniform sessions (any number of distinct sections in any order, or [Stop]). Built on first use."""
     root = tmp_path_factory.mktemp("known_tasks")
     return KnownTasks(root)
-
-
-class KnownTasks:
-    def __init__(self, root: Path, base: str | None = None, sft_lr: float = 3e-3, sft_steps: int = 150,
-                 selector_steps: int = 100):
-        """``base``: the model the start policy and the Selector are fine-tuned from (default: the tiny random Qwen2;
-        scripts/ppo_learning_curves.py --base embedded:smollm2). ``sft_lr``: the learning rate of the start policy's
-        and the Selector's SFT, ``sft_steps``: the start policy's steps (3e-3 and 150 teach the tiny random model the
-        grammar; a pretrained base wants a far smaller rate), ``selector_steps``: the Selector's SFT steps."""
-        self.root, self.dirs, self.policies, self.selectors = root, {}, {}, {}
-        self.sft_lr, self.sft_steps, self.selector_steps = sft_lr, sft_steps, selector_steps
-        from tests.fixtures.llm import make_tiny_qwen2
-
-        self.tiny = base or make_tiny_qwen2(root / "tiny")
-
-    def selector(self, task: str) -> Path:
-        """The task's Selector: `train selector_sft` on its (question, paper) pairs (scripts/ppo_known_tasks.py)."""
-        if task not in self.selectors:
-            self.selectors[task] = _measurement_script().train_selector(self, task)
-        return self.selectors[task]
-
-    def __getitem__(self, task: str) -> dict:
-        if task not in self.policies:
-            from scholar_agents.data_gen.crawl_tasks import crawl_tasks
-            from scholar_agents.train.crawler_sft import crawler_sft
-
-            d = self.dirs[task] = self.root / task
-            crawl_tasks(compose("data_gen_crawl_tasks", [
-                f"crawl_task={task}", "crawl_task.n_train=32", "crawl_task.n_eval=8",
-                "crawl_task.sft_samples_per_state=8", *TASK_SIZES[task], f"out_dir={d}", f"paths.output_root={self.root}"]))
-            summary = crawler_sft(compose("train_crawler_sft", [
-                f"sft.model={self.tiny}", f"sft.train_file={d / 'uniform_sft.jsonl'}", f"sft.output_dir={d / 'sft'}",
-                f"sft.max_steps={self.sft_steps}", f"sft.learning_rate={self.sft_lr}", "sft.lr_scheduler_type=constant",
-                "sft.per_device_train_batch_size=8", "sft.warmup_ratio=0", f"sft.save_steps={self.sft_steps}", "sft.logging_steps=10",
-                "sft.max_length=512", "sft.bf16=false", "logging.wandb.enabled=false", f"paths.output_dir={d / 'sft_run'}"]))
-            self.policies[task] = summary["final_dir"]
-        return {"root": self.root, "dir": self.dirs[task], "policy": self.policies[task], "tiny": self.tiny,
-                "selector": self.selectors.get(task, self.tiny)}
-
-
-def _measurement_script():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("ppo_known_tasks", REPO / "scripts" / "ppo_known_tasks.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def ppo_overrides(kt: dict, task: str, run_dir: Path, **ppo) -> list[str]:
-    d = kt["dir"]
-    base = {"policy_model": kt["policy"], "known_task": d / "task.json", "queries_per_step": 8,
-            "expand_sessions": "[8,16]", "max_new_tokens": 40, "ppo_epochs": 2, "forward_batch_size": 4,
-            "grad_accum": 4, "score_batch_size": 8, "lr": 1e-3, "policy_freeze_steps": 0, "total_steps": 12,
-            "bf16": "false", "eval_at_start": "false", "eval_at_end": "false", "use_selector": "false",
-            "init_value_to_mean_return": "true", "seed": 0, "keep_last": 1}
-    base.update(ppo)
-    base.setdefault("save_every", base["total_steps"])
-    return [*task_overrides(task, d), f"paths.cache_dir={kt['root'] / 'cache'}", f"paths.output_dir={run_dir}",
-            f"queries.train.path={d / 'train.jsonl'}", "queries.train.offset=0", "queries.train.limit=null",
-            f"queries.eval.path={d / 'eval.jsonl'}", "queries.eval.offset=0", "queries.eval.limit=null",
-            "crawler.policy.search=user_query", "llm.dtype=float32", "llm.device=cpu", "llm.max_model_len=1024",
-            f"selector_llm.model={kt['selector']}", "selector_llm.dtype=float32", "selector_llm.device=cpu",
-            "selector_llm.cache_path=null", "selector_llm.max_model_len=1024", "logging.wandb.mode=disabled",
-            *[f"ppo.{k}={v}" for k, v in base.items()]]
-
-
-def run_ppo(tasks: KnownTasks, task: str, run_dir: Path, **ppo) -> list[dict]:
-    """`train crawler_ppo` on a known task; its per-step metrics (metrics.jsonl)."""
-    from scholar_agents.train.crawler_ppo import crawler_ppo
-
-    crawler_ppo(compose("train_crawler_ppo", ppo_overrides(tasks[task], task, run_dir, **ppo)))
-    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def median(rows: list[dict], key: str, steps: slice) -> float:
-    vals = sorted(r[key] for r in rows[steps] if key in r)
-    assert vals, f"no {key} in steps {steps}"
-    n = len(vals)
-    return vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
-
-
-def mean(rows: list[dict], key: str, steps: slice) -> float:
-    vals = [r[key] for r in rows[steps] if key in r]
-    assert vals, f"no {key} in steps {steps}"
-    return sum(vals) / len(vals)
 
 
 @pytest.mark.parametrize("estimator", ["paper_mc", "gae"])
@@ -302,8 +198,8 @@ def test_one_hop_learns_under_torchrun_and_zero3_as_the_paper_preset_runs(known_
 
 
 def test_the_measurement_script_runs_the_same_harness(tmp_path):
-    """scripts/ppo_known_tasks.py (how the thresholds above were measured) drives this module's harness: one seed,
-    2 steps of one_hop, one JSON line with the task/* means."""
+    """scripts/ppo_known_tasks.py (how the thresholds above were measured) drives these tests' harness
+    (tests/fixtures/known_tasks.py): one seed, 2 steps of one_hop, one JSON line with the task/* means."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled",
            "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "ppo_known_tasks.py"), "one_hop", "--seeds", "0",
@@ -335,12 +231,7 @@ def test_the_learning_curves_script_plots_each_task_beside_its_ablation(tmp_path
 def test_the_learning_curves_script_has_a_run_and_its_ablation_for_every_task():
     """Every known-answer task the tests learn has curves in scripts/ppo_learning_curves.py, its ablation second:
     cost's switches Eq. 1's c off for [Expand], selector's lowers α, two_hops' drops γ1."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("ppo_learning_curves", REPO / "scripts" / "ppo_learning_curves.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    runs = script.settings(sys.modules[__name__])
+    runs = load_script("ppo_learning_curves").settings(harness)
     assert sorted(runs) == sorted(TASK_SIZES)
     assert all(len(pair) == 2 for pair in runs.values())
     assert runs["cost"][1][1]["cost_expand"] == 0.0 and "cost_expand" not in runs["cost"][0][1]
