@@ -9,7 +9,6 @@ list) and must show `srun --cpus-per-task` and the preset's values.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shlex
@@ -20,11 +19,10 @@ from unittest import mock
 
 import pytest
 from omegaconf import OmegaConf
+from tests.fixtures.script_loader import load_script
 from tests.paths import REPO
 
-_spec = importlib.util.spec_from_file_location("experiment_table", REPO / "scripts" / "experiment_table.py")
-experiment_table = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(experiment_table)
+experiment_table = load_script("experiment_table")
 
 # The cluster-only locations the presets read from the environment (fake values: nothing is opened here).
 CLUSTER_ENV = {"PASA_DATA": "/cluster/pasa-dataset", "PASA_PAPER_DB": "/cluster/pasa-dataset/paper_database",

@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+from tests.fixtures.script_loader import load_script
+
 WORKER = """
 import sys, time
 from scholar_agents.runtime import stack_dump
@@ -42,11 +44,7 @@ def test_the_cli_installs_it_before_running_a_command():
 
 def test_gpu_check_sends_it_to_a_runs_workers_before_the_kill(tmp_path):
     """scripts/gpu_check.py's torchrun() at its plan: the log holds the worker's stack, then the kill."""
-    sys.path.insert(0, "scripts")
-    try:
-        import gpu_check
-    finally:
-        sys.path.pop(0)
+    gpu_check = load_script("gpu_check")
     script = tmp_path / "scholar_agents_hang.py"  # the name the dump looks for in a worker's command line
     script.write_text(WORKER.replace("range(100)", "range(100000)"))
     log = tmp_path / "run.log"

@@ -1,22 +1,17 @@
 """scripts/build_selector_eval_pairs.py on the bundled sample: gold positives, search-mined negatives, a split by
 query, and SFT chats whose answer is the decision token."""
 
-import importlib.util
 import json
 
 import pytest
 
 from scholar_agents.eval.selector import load_labelled_pairs
+from tests.fixtures.script_loader import load_script
 from tests.paths import REPO
-
-SCRIPT = REPO / "scripts" / "build_selector_eval_pairs.py"
 
 
 def _load_script():
-    spec = importlib.util.spec_from_file_location("build_selector_eval_pairs", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("build_selector_eval_pairs")
 
 
 def test_pairs_from_the_sample_split_by_query(tmp_path, monkeypatch):

@@ -16,6 +16,7 @@ import tarfile
 
 import pytest
 import torch
+from tests.fixtures.script_loader import load_script
 from tests.paths import REPO
 
 SCRIPT = REPO / "scripts" / "gpu_check.sh"
@@ -28,9 +29,7 @@ ENV.pop("GPU_CHECK_STARTED", None)
 ENV.pop("GPU_CHECK_BUDGET_S", None)
 VLLM = importlib.util.find_spec("vllm") is not None
 
-_spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
-gpu_check = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gpu_check)
+gpu_check = load_script("gpu_check")
 
 
 def test_a_run_starts_only_if_its_plan_fits_what_is_left():

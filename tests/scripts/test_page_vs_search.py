@@ -1,26 +1,18 @@
 """scripts/page_vs_search.py on small synthetic inputs: the blind pool (the union of the top 10s, shuffled, nothing
 that names a system or a rank) and the relevant@10 table (per request, means, the page minus each search)."""
 
-import importlib.util
 import json
 import subprocess
 import sys
 
 import pytest
 
+from tests.fixtures.script_loader import load_script
 from tests.paths import REPO, TEST_ASSETS
 
 SCRIPT = REPO / "scripts" / "page_vs_search.py"
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("page_vs_search", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-pvs = _load()
+pvs = load_script("page_vs_search")
 
 # two requests; ids shared across systems so the unions are smaller than 3 x the list lengths
 RANKED = {

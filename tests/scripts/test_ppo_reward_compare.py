@@ -1,22 +1,16 @@
 """scripts/ppo_reward_compare.py: two PPO runs' metrics side by side — the steady part's means, step 1, the held-out
 recall — and the per-step plot. Run directories written in train crawler_ppo's metrics.jsonl / metrics.json format."""
 
-import importlib.util
 import json
 
 import pytest
 
-from tests.paths import REPO
-
-SCRIPT = REPO / "scripts" / "ppo_reward_compare.py"
+from tests.fixtures.script_loader import load_script
 
 
 @pytest.fixture(scope="module")
 def compare():
-    spec = importlib.util.spec_from_file_location("ppo_reward_compare", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("ppo_reward_compare")
 
 
 def _run(path, selector_only, gold, recall):

@@ -1,16 +1,11 @@
 """scripts/related_follow_stats.py: related sessions are told from sectioned ones by their outline, [Expand]s are
 counted by outline entry, and gold is what the related searches added."""
 
-import importlib.util
-
-from tests.paths import REPO
+from tests.fixtures.script_loader import load_script
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("related_follow_stats", REPO / "scripts" / "related_follow_stats.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("related_follow_stats")
 
 
 def _session(state, outline, actions):

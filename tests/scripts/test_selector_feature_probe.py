@@ -2,14 +2,12 @@
 the request forms as tables of their own (its lexical features are the lexical Selector's, tested in
 tests/pasa/test_provenance_selector.py). Real MiniLM, tiny pairs."""
 
-import importlib.util
 import json
 
 import pytest
 
-from tests.paths import REPO
+from tests.fixtures.script_loader import load_script
 
-SCRIPT = REPO / "scripts" / "selector_feature_probe.py"
 TOPICS = ["protein folding", "graph coloring", "speech recognition", "image segmentation", "machine translation",
           "robot grasping", "code generation", "weather forecasting", "music transcription", "drug discovery"]
 RARE = ["zorblax", "quintessa", "morvane", "trellick", "vandrix", "oplumen", "skerrit", "halvorn", "brisquet",
@@ -18,10 +16,7 @@ RARE = ["zorblax", "quintessa", "morvane", "trellick", "vandrix", "oplumen", "sk
 
 @pytest.fixture(scope="module")
 def probe():
-    spec = importlib.util.spec_from_file_location("selector_feature_probe", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("selector_feature_probe")
 
 
 def _pairs(idx):

@@ -2,7 +2,6 @@
 that found it, labelled by the gold list and scored by each Selector, the zero-shot scorers and the crawl order. A real
 SQLite store and trajectories written by the crawl's own writer; real MiniLM and the bundled heads."""
 
-import importlib.util
 import json
 
 import pytest
@@ -12,18 +11,14 @@ from scholar_agents.papers.store import PaperStore
 from scholar_agents.pasa.actions import EXPAND, SEARCH
 from scholar_agents.pasa.trajectory import (ActionRecord, QueryTrajectory, QueueEntry, SessionRecord,
                                             write_trajectories)
-from tests.paths import REPO
+from tests.fixtures.script_loader import load_script
 
-SCRIPT = REPO / "scripts" / "selector_on_crawl_hits.py"
 TOPICS = ["protein folding", "speech recognition", "image segmentation", "machine translation"]
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("selector_on_crawl_hits", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("selector_on_crawl_hits")
 
 
 def _session(sid, kinds):

@@ -3,7 +3,6 @@ queued (gold-labelled), reported on held-out crawls in both settings, and writte
 `pasa search` / `pasa serve` (selector.mark=card) then mark with. Hand-computed thresholds; a real SQLite store,
 trajectories written by the crawl's own writer, the real MiniLM and the bundled Selector."""
 
-import importlib.util
 import json
 import shutil
 
@@ -13,19 +12,15 @@ import pytest
 from scholar_agents.papers.paper import Paper
 from scholar_agents.papers.store import PaperStore
 from scholar_agents.pasa.trajectory import QueryTrajectory, QueueEntry, write_trajectories
-from tests.paths import REPO
+from tests.fixtures.script_loader import load_script
 
-SCRIPT = REPO / "scripts" / "selector_reader_threshold.py"
 TOPICS = ["protein folding", "speech recognition", "image segmentation", "machine translation", "object detection",
           "recommender systems"]
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("selector_reader_threshold", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("selector_reader_threshold")
 
 
 def test_the_lowest_threshold_that_reaches_the_target_with_enough_papers_marked(script):
