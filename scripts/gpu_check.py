@@ -298,16 +298,15 @@ def sft_data(model: Path, work: Path, target: int, rows: int) -> tuple[Path, int
 
 def plan_for(command: str, overrides: list[str]) -> dict:
     from scholar_agents.hydra_app import compose
-    from scholar_agents.runtime.cluster import to_cluster_config
     from scholar_agents.plan.commands import inputs_from_config, sft_inputs_from_config, verdict
     from scholar_agents.plan.memory_plan import build_plan
     from scholar_agents.plan.sft_plan import build_sft_plan
+    from scholar_agents.train.plan_runs import ppo_run, sft_run
 
     one_h100 = ["cluster=h100_80gb", "cluster.nodes=1", "cluster.gpus_per_node=1"]
     cfg = compose("train_crawler_ppo" if command == "crawler_ppo" else "train_selector_sft", [*overrides, *one_h100])
-    cluster = to_cluster_config(cfg.cluster)
-    plan = (build_plan(inputs_from_config(cfg, cluster)) if command == "crawler_ppo"
-            else build_sft_plan(sft_inputs_from_config(cfg, cluster)))
+    plan = (build_plan(inputs_from_config(ppo_run(cfg))) if command == "crawler_ppo"
+            else build_sft_plan(sft_inputs_from_config(sft_run(cfg))))
     phases = {ph: round(plan.phase_total(ph), 3) for ph in plan.phases}
     if command != "crawler_ppo":  # SFT plans one phase, "train": the update
         phases = {"update": phases["train"]}

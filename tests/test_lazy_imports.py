@@ -12,7 +12,8 @@ HEAVY_AT_STARTUP = ("faiss",)
 
 
 @pytest.mark.parametrize("module", ["scholar_agents.config_schemas", "scholar_agents.cli",
-                                    "scholar_agents.thought.memory", "scholar_agents.plan.commands"])
+                                    "scholar_agents.thought.memory", "scholar_agents.plan.commands",
+                                    "scholar_agents.train.plan_runs"])
 def test_startup_imports_leave_faiss_out(module):
     code = (f"import sys, {module}; "
             f"print(','.join(m for m in {HEAVY_AT_STARTUP!r} if m in sys.modules))")

@@ -6,9 +6,9 @@ turns it off). Below the table: the estimate of one step plus one checkpoint
 (:mod:`scholar_agents.plan.preemption_window`) against ``cluster.shutdown_grace_s``; a training job under Slurm
 compares it with its signal lead at start-up (:func:`startup_window_check`).
 
-Config fields read defensively (absent = the default in brackets): ``ppo.rollout_sleep`` / ``llm.enable_sleep_mode``
-[false], ``llm.max_num_seqs`` [256], ``crawler.policy.batch_sessions`` [32], ``selector_llm.*``, ``ppo.base_model``
-[none: the architecture of a checkpoint not written yet], ``ppo.plan_seq_len`` [``llm.max_model_len``]. A model
+Every function here takes the run's config typed once, at the command's entry, by the dataclasses of the groups
+it reads (:class:`PPORun`, :class:`SFTRun`; built by :mod:`scholar_agents.train.plan_runs`, the floor where
+``PPOConfig`` and ``SFTRecipeConfig`` live): each default is the dataclass's own, never repeated here. A model
 config or DeepSpeed JSON that cannot be read is one line (UsageError: exit 2), not a traceback.
 """
 
@@ -18,11 +18,12 @@ import dataclasses
 import json
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
 
-from omegaconf import DictConfig
-
-from scholar_agents.runtime.cluster import ClusterConfig, to_cluster_config
+from scholar_agents.runtime.cluster import ClusterConfig
+from scholar_agents.pasa.crawl_budget import CRITIC_FREE, critic_free_crawl_budget, sessions_per_crawl
 from scholar_agents.plan.memory_plan import DTYPE_BYTES, Plan, PlanInputs, build_plan, suggest_fixes
 from scholar_agents.plan.model_sizes import shown_config_path
 from scholar_agents.plan.preemption_window import (WindowEstimate, format_window, ppo_window, sft_window,
@@ -30,12 +31,32 @@ from scholar_agents.plan.preemption_window import (WindowEstimate, format_window
 from scholar_agents.plan.sft_plan import SFTInputs, build_sft_plan, suggest_sft_fixes
 from scholar_agents.validation import UsageError, optional_positive_int
 
+if TYPE_CHECKING:
+    from scholar_agents.llm.config import LLMConfig
+    from scholar_agents.pasa.crawl_env import CrawlConfig
+    from scholar_agents.pasa.crawler import CrawlerConfig
+
 log = logging.getLogger(__name__)
 
 
-def _get(node, key: str, default):
-    value = node.get(key, default) if node is not None else default
-    return default if value is None else value
+@dataclass(frozen=True)
+class PPORun:
+    """What the plan reads of a composed ``train crawler_ppo`` config, each group typed by its own dataclass."""
+
+    ppo: Any  # train.ppo.config.PPOConfig (typed on the train floor, above this one)
+    llm: LLMConfig  # the rollout engine
+    cluster: ClusterConfig
+    env: CrawlConfig  # crawler.env: the crawl budgets of critic-free runs
+    policy: CrawlerConfig  # crawler.policy: sessions per generate call, response length
+    selector_llm: Optional[LLMConfig]  # an in-process Selector engine (hf | vllm); None: none (absent, or served)
+
+
+@dataclass(frozen=True)
+class SFTRun:
+    """What the plan reads of a composed ``train selector_sft`` / ``crawler_sft`` config, typed."""
+
+    sft: Any  # train.sft.SFTRecipeConfig (typed on the train floor, above this one)
+    cluster: ClusterConfig
 
 
 def _deepspeed_settings(path: str | None, group: str = "ppo") -> tuple[int, bool, bool]:
@@ -83,89 +104,80 @@ def _shape(setting: str, model: str, base: str | None = None, base_setting: str 
     return dataclasses.replace(shape, name=f"{model} (not there yet: sizes of {base_setting}={base})")
 
 
-def inputs_from_config(cfg: DictConfig, cluster: ClusterConfig | None = None) -> PlanInputs:
-    """The plan's inputs from a composed ``train crawler_ppo`` config (models built on the meta device). A model
+def inputs_from_config(run: PPORun, cluster: ClusterConfig | None = None) -> PlanInputs:
+    """The plan's inputs from a typed ``train crawler_ppo`` config (models built on the meta device). A model
     that does not exist yet (the SFT checkpoint the preset starts from) is planned from ``ppo.base_model``."""
     from scholar_agents.plan.model_sizes import lora_trainable_params
 
-    ppo, llm = cfg.ppo, cfg.llm
-    cluster = cluster or to_cluster_config(cfg.cluster)
-    base = _get(ppo, "base_model", None)
+    ppo, llm = run.ppo, run.llm
+    cluster = cluster or run.cluster
+    base = ppo.base_model
     policy_name = str(ppo.policy_model)
     policy = _shape("ppo.policy_model", policy_name, base, "ppo.base_model")
-    lora = _get(ppo, "lora", {})
-    lora_on = bool(_get(lora, "enabled", False))
-    ref_name = _get(ppo, "ref_model", None)
+    lora = ppo.lora
+    ref_name = ppo.ref_model
     ref = None
-    if not (lora_on and not ref_name):
+    if not (lora.enabled and not ref_name):
         ref = _shape("ppo.ref_model" if ref_name else "ppo.policy_model", str(ref_name or policy_name), base,
                      "ppo.base_model")
     value = None
-    if _get(ppo, "value_head", "separate") == "separate":
-        value_name = _get(ppo, "value_model", None)
+    if ppo.value_head == "separate":
+        value_name = ppo.value_model
         value = _shape("ppo.value_model" if value_name else "ppo.policy_model", str(value_name or policy_name),
                        base, "ppo.base_model")
     lora_trainable = None
-    if lora_on:
-        targets = _get(lora, "target_modules", "all-linear")
-        targets = targets if isinstance(targets, str) else tuple(targets)
+    if lora.enabled:
+        targets = lora.target_modules if isinstance(lora.target_modules, str) else tuple(lora.target_modules)
         lora_trainable = lora_trainable_params(planned_model("ppo.policy_model", policy_name, base, "ppo.base_model"),
-                                               int(_get(lora, "r", 16)), int(_get(lora, "alpha", 32)), targets)
-    stage, off_opt, off_par = _deepspeed_settings(_get(ppo, "deepspeed", None))
+                                               int(lora.r), int(lora.alpha), targets)
+    stage, off_opt, off_par = _deepspeed_settings(ppo.deepspeed)
     # the longest session the plan assumes: ppo.plan_seq_len (its own input: a check that measures shorter
     # sessions plans for those), else the engine's bound llm.max_model_len
-    plan_seq = optional_positive_int(_get(ppo, "plan_seq_len", None), "ppo.plan_seq_len", "tokens per session")
-    seq_len, seq_source = (plan_seq, "ppo.plan_seq_len") if plan_seq else \
-        (int(_get(llm, "max_model_len", 4096)), "llm.max_model_len")
+    plan_seq = optional_positive_int(ppo.plan_seq_len, "ppo.plan_seq_len", "tokens per session")
+    seq_len, seq_source = (plan_seq, "ppo.plan_seq_len") if plan_seq else (int(llm.max_model_len), "llm.max_model_len")
 
     # sequences the engine generates at once: the widest rollout round (PaSa App. A.2: queries_per_step search
     # sessions, then expand_sessions[i] per round), at most crawler.policy.batch_sessions and llm.max_num_seqs
-    rounds = [int(_get(ppo, "queries_per_step", 4))] + [int(n) for n in _get(ppo, "expand_sessions", [6, 6])]
-    batch_sessions = int(_get(cfg.crawler.get("policy") if "crawler" in cfg else None, "batch_sessions", 32))
-    max_num_seqs = int(_get(llm, "max_num_seqs", 256))
-    # upward: the estimator names and crawl budgets PPOConfig validates
-    from scholar_agents.train.ppo.config import CRITIC_FREE, sessions_per_crawl
-
-    estimator = str(_get(ppo, "estimator", "paper_mc"))
+    rounds = [int(ppo.queries_per_step)] + [int(n) for n in ppo.expand_sessions]
+    batch_sessions = int(run.policy.batch_sessions)
+    estimator = str(ppo.estimator)
     per_call = batch_sessions
     if estimator in CRITIC_FREE:
         # whole crawls (rollout.collect_crawls): each call takes up to batch_sessions, and a round the group's
         # members share (round 0: their S_q sessions) is one call with group_size samples of each prompt; never
         # more than all the step's crawls can run (queries x group x sessions per crawl)
-        group = int(_get(ppo, "group_size", 4))
+        group = int(ppo.group_size)
         per_call = batch_sessions * group
-        env = cfg.crawler.get("env") if "crawler" in cfg else None
-        bound = sessions_per_crawl(_get(env, "max_sessions", None), _get(env, "max_queue", None))
+        bound = sessions_per_crawl(run.env.max_sessions, run.env.max_queue)
         rounds = [per_call if bound is None else min(per_call, rounds[0] * group * bound)]
-    sequences = min(max(rounds), per_call, max_num_seqs)
-    response = _get(ppo, "max_new_tokens", None) or _get(cfg.crawler.get("policy") if "crawler" in cfg else None,
-                                                          "max_new_tokens", 512)
-    sleep = bool(_get(ppo, "rollout_sleep", False)) or bool(_get(llm, "enable_sleep_mode", False))
+    sequences = min(max(rounds), per_call, int(llm.max_num_seqs))
+    # ppo.max_new_tokens: null = crawler.policy.max_new_tokens (PPOConfig)
+    response = ppo.max_new_tokens or run.policy.max_new_tokens
+    # ppo.rollout_sleep null (on where the platform has sleep mode) is planned as off: the larger footprint
+    sleep = bool(ppo.rollout_sleep) or bool(llm.enable_sleep_mode)
 
-    selector, selector_backend = None, "none"
-    sel = cfg.get("selector_llm")
-    if bool(_get(ppo, "use_selector", True)) and sel is not None and _get(sel, "backend", "hf") in ("hf", "vllm"):
-        selector, selector_backend = _shape("selector_llm.model", str(sel.model)), str(sel.backend)
+    sel = run.selector_llm if ppo.use_selector else None
 
     return PlanInputs(
         cluster=cluster, policy=policy, value=value, critic=estimator not in CRITIC_FREE, estimator=estimator,
-        ref=ref, zero_stage=stage, deepspeed=_get(ppo, "deepspeed", None),
+        ref=ref, zero_stage=stage, deepspeed=ppo.deepspeed,
         offload_optimizer=off_opt, offload_params=off_par,
-        model_dtype_bytes=DTYPE_BYTES.get(str(_get(ppo, "model_dtype", "bfloat16")), 4),
-        lora_trainable=lora_trainable, gradient_checkpointing=bool(_get(ppo, "gradient_checkpointing", False)),
-        attn_implementation=str(_get(ppo, "attn_implementation", "sdpa")),
-        forward_batch_size=int(_get(ppo, "forward_batch_size", 1)),
-        score_batch_size=int(_get(ppo, "score_batch_size", 4)),
+        model_dtype_bytes=DTYPE_BYTES.get(str(ppo.model_dtype), 4),
+        lora_trainable=lora_trainable, gradient_checkpointing=bool(ppo.gradient_checkpointing),
+        attn_implementation=ppo.attn_implementation,
+        forward_batch_size=int(ppo.forward_batch_size),
+        score_batch_size=int(ppo.score_batch_size),
         seq_len=seq_len, seq_len_source=seq_source, response_len=int(response),
-        engine_backend="vllm" if _get(llm, "backend", "hf") == "vllm" else "hf",
-        engine_dtype_bytes=DTYPE_BYTES.get(str(_get(llm, "dtype", "auto")), 2),
-        gpu_memory_utilization=float(_get(llm, "gpu_memory_utilization", 0.85)),
+        engine_backend="vllm" if llm.backend == "vllm" else "hf",
+        engine_dtype_bytes=DTYPE_BYTES.get(str(llm.dtype), 2),
+        gpu_memory_utilization=float(llm.gpu_memory_utilization),
         engine_sequences=sequences, sleep=sleep,
-        selector=selector, selector_backend=selector_backend,
-        selector_dtype_bytes=DTYPE_BYTES.get(str(_get(sel, "dtype", "auto")), 2) if sel is not None else 2,
-        selector_gpu_memory_utilization=float(_get(sel, "gpu_memory_utilization", 0.85)) if sel is not None else 0.0,
-        selector_batch_size=int(_get(sel, "batch_size", 16)) if sel is not None else 16,
-        selector_seq_len=int(_get(sel, "max_model_len", 4096)) if sel is not None else 4096,
+        selector=_shape("selector_llm.model", str(sel.model)) if sel else None,
+        selector_backend=str(sel.backend) if sel else "none",
+        selector_dtype_bytes=DTYPE_BYTES.get(str(sel.dtype), 2) if sel else None,
+        selector_gpu_memory_utilization=float(sel.gpu_memory_utilization) if sel else None,
+        selector_batch_size=int(sel.batch_size) if sel else None,
+        selector_seq_len=int(sel.max_model_len) if sel else None,
     )
 
 
@@ -245,27 +257,25 @@ def verdict(plan: Plan) -> tuple[bool, str]:
     return False, "\n".join(lines)
 
 
-def sft_inputs_from_config(cfg: DictConfig, cluster: ClusterConfig | None = None) -> SFTInputs:
-    """The plan's inputs from a composed ``train selector_sft`` / ``train crawler_sft`` config."""
+def sft_inputs_from_config(run: SFTRun, cluster: ClusterConfig | None = None) -> SFTInputs:
+    """The plan's inputs from a typed ``train selector_sft`` / ``train crawler_sft`` config."""
     from scholar_agents.plan.model_sizes import lora_trainable_params
 
-    sft = cfg.sft
-    cluster = cluster or to_cluster_config(cfg.cluster)
-    lora = _get(sft, "lora", {})
+    sft = run.sft
+    cluster = cluster or run.cluster
+    lora = sft.lora
     lora_trainable = None
-    if bool(_get(lora, "enabled", False)):
-        targets = _get(lora, "target_modules", "all-linear")
-        lora_trainable = lora_trainable_params(planned_model("sft.model", str(sft.model)), int(_get(lora, "r", 16)),
-                                               int(_get(lora, "alpha", 32)),
-                                               targets if isinstance(targets, str) else tuple(targets))
-    stage, off_opt, off_par = _deepspeed_settings(_get(sft, "deepspeed", None), "sft")
+    if lora.enabled:
+        targets = lora.target_modules if isinstance(lora.target_modules, str) else tuple(lora.target_modules)
+        lora_trainable = lora_trainable_params(planned_model("sft.model", str(sft.model)), int(lora.r),
+                                               int(lora.alpha), targets)
+    stage, off_opt, off_par = _deepspeed_settings(sft.deepspeed, "sft")
     return SFTInputs(cluster=cluster, model=_shape("sft.model", str(sft.model)), zero_stage=stage,
-                     deepspeed=_get(sft, "deepspeed", None), offload_optimizer=off_opt, offload_params=off_par,
-                     model_dtype_bytes=DTYPE_BYTES.get(str(_get(sft, "model_dtype", "auto")), 2),
-                     lora_trainable=lora_trainable,
-                     gradient_checkpointing=bool(_get(sft, "gradient_checkpointing", False)),
-                     attn_implementation=str(_get(sft, "attn_implementation", "sdpa")),
-                     batch=int(_get(sft, "per_device_train_batch_size", 4)), seq_len=int(_get(sft, "max_length", 1024)))
+                     deepspeed=sft.deepspeed, offload_optimizer=off_opt, offload_params=off_par,
+                     model_dtype_bytes=DTYPE_BYTES.get(str(sft.model_dtype), 2),
+                     lora_trainable=lora_trainable, gradient_checkpointing=bool(sft.gradient_checkpointing),
+                     attn_implementation=sft.attn_implementation,
+                     batch=int(sft.per_device_train_batch_size), seq_len=int(sft.max_length))
 
 
 def install_lines() -> str:
@@ -276,34 +286,29 @@ def install_lines() -> str:
                       *[f"  {line}" for line in lock_lines()]])
 
 
-def step_sessions(cfg: DictConfig) -> tuple[int, str]:
+def step_sessions(run: PPORun) -> tuple[int, str]:
     """(sessions per GPU in one step, how they are counted) for ``ppo.estimator``: App. A.2's fixed counts
     (``queries_per_step`` S_q + ``expand_sessions``), or under grpo / rloo ``queries_per_step x group_size`` whole
     crawls of at most the budgets' sessions each (an unbounded crawl: one-line UsageError)."""
-    from scholar_agents.train.ppo.config import critic_free_crawl_budget  # upward: PPO's crawl-budget rule
-
-    ppo = cfg.ppo
-    queries = int(_get(ppo, "queries_per_step", 4))
-    estimator = str(_get(ppo, "estimator", "paper_mc"))
-    bound = critic_free_crawl_budget(estimator, cfg.crawler.env)
+    ppo = run.ppo
+    queries = int(ppo.queries_per_step)
+    bound = critic_free_crawl_budget(str(ppo.estimator), run.env)
     if bound is None:
-        expand = [int(n) for n in _get(ppo, "expand_sessions", [6, 6])]
-        return queries + sum(expand), ""
-    group = int(_get(ppo, "group_size", 4))
+        return queries + sum(int(n) for n in ppo.expand_sessions), ""
+    group = int(ppo.group_size)
     return queries * group * bound, (f"{queries} quer{'y' if queries == 1 else 'ies'} x {group} crawls "
                                      f"(ppo.group_size) x {bound} sessions (crawler.env budget)")
 
 
-def ppo_window_from_config(cfg: DictConfig, x: PlanInputs) -> WindowEstimate:
+def ppo_window_from_config(run: PPORun, x: PlanInputs) -> WindowEstimate:
     """One PPO step + one checkpoint on ``x.cluster`` (:mod:`scholar_agents.plan.preemption_window`): the value
     model is trained, scored and saved only under an estimator with a critic."""
-    ppo = cfg.ppo
-    sessions, counted = step_sessions(cfg)
+    sessions, counted = step_sessions(run)
     critic = x.critic and x.value is not None
     value = x.value.backbone_params + x.value.hidden if critic else 0  # backbone + scalar head
     policy_trained = x.lora_trainable if x.lora_trainable is not None else x.policy.params
     return ppo_window(x.cluster, sessions=sessions, sessions_counted=counted, seq_len=x.seq_len,
-                      seq_len_source=x.seq_len_source, ppo_epochs=int(_get(ppo, "ppo_epochs", 2)),
+                      seq_len_source=x.seq_len_source, ppo_epochs=int(run.ppo.ppo_epochs),
                       trained_models=2 if critic else 1,
                       # log pi_old and log pi_sft (the reference, or the LoRA policy with its adapter off), V_old
                       scoring_forwards=3 if critic else 2,
@@ -311,10 +316,10 @@ def ppo_window_from_config(cfg: DictConfig, x: PlanInputs) -> WindowEstimate:
                       zero_stage=x.zero_stage, model_dtype_bytes=x.model_dtype_bytes)
 
 
-def sft_window_from_config(cfg: DictConfig, x: SFTInputs) -> WindowEstimate:
+def sft_window_from_config(run: SFTRun, x: SFTInputs) -> WindowEstimate:
     """One SFT optimizer step + one checkpoint on ``x.cluster``."""
     trained = x.lora_trainable if x.lora_trainable is not None else x.model.params  # LoRA: the adapter is saved
-    return sft_window(x.cluster, batch=x.batch, grad_accum=int(_get(cfg.sft, "gradient_accumulation_steps", 1)),
+    return sft_window(x.cluster, batch=x.batch, grad_accum=int(run.sft.gradient_accumulation_steps),
                       seq_len=x.seq_len, saved_params=trained, trainable_params=trained, zero_stage=x.zero_stage,
                       model_dtype_bytes=x.model_dtype_bytes)
 
@@ -324,8 +329,7 @@ LEAD_HINT = ("the sbatch templates' `#SBATCH --signal=B:USR1@<s>` (override: SBA
              "the submitit launchers' hydra.launcher.signal_delay_s")
 
 
-def _print_and_judge(cfg: DictConfig, build, window, save_every=None) -> dict:
-    cluster = to_cluster_config(cfg.cluster)
+def _print_and_judge(cluster: ClusterConfig, build, window, save_every=None) -> dict:
     if not cluster.has_gpus:
         print(f"cluster={cluster.name} has no GPUs: nothing to plan. Plan for GPUs with e.g. cluster=h100_80gb "
               f"(conf/cluster/).")
@@ -352,23 +356,25 @@ def _print_and_judge(cfg: DictConfig, build, window, save_every=None) -> dict:
             **({"save_every": sized} if sized is not None else {})}
 
 
-def plan(cfg: DictConfig) -> dict:
-    """``scholar plan [crawler_ppo]``: print the PPO plan; exit 1 with the fix when it does not fit."""
-    step_sessions(cfg)  # an unbounded critic-free crawl: one line before any model is read
-    return _print_and_judge(cfg, lambda cluster: build_plan(inputs_from_config(cfg, cluster)),
-                            lambda x: ppo_window_from_config(cfg, x), int(_get(cfg.ppo, "save_every", 1)))
+def plan(run: PPORun) -> dict:
+    """``scholar plan [crawler_ppo]`` (entry: :func:`scholar_agents.train.plan_runs.plan`): print the PPO plan; exit
+    1 with the fix when it does not fit."""
+    step_sessions(run)  # an unbounded critic-free crawl: one line before any model is read
+    return _print_and_judge(run.cluster, lambda cluster: build_plan(inputs_from_config(run, cluster)),
+                            lambda x: ppo_window_from_config(run, x), int(run.ppo.save_every))
 
 
-def plan_sft(cfg: DictConfig) -> dict:
-    """``scholar plan selector_sft`` / ``crawler_sft``: the same for supervised fine-tuning."""
-    return _print_and_judge(cfg, lambda cluster: build_sft_plan(sft_inputs_from_config(cfg, cluster)),
-                            lambda x: sft_window_from_config(cfg, x))
+def plan_sft(run: SFTRun) -> dict:
+    """``scholar plan selector_sft`` / ``crawler_sft`` (entry: :func:`scholar_agents.train.plan_runs.plan_sft`): the
+    same for supervised fine-tuning."""
+    return _print_and_judge(run.cluster, lambda cluster: build_sft_plan(sft_inputs_from_config(run, cluster)),
+                            lambda x: sft_window_from_config(run, x))
 
 
-def startup_window_check(cfg: DictConfig, kind: str) -> list[str]:
-    """At the start of ``train crawler_ppo`` (``kind="ppo"``) / ``selector_sft`` / ``crawler_sft`` (``"sft"``) under
-    a launcher that exported the Slurm signal lead (``SCHOLAR_SIGNAL_LEAD_S``: ``slurm/job_env.sh``, the submitit
-    launchers): one warning line each where the lead is shorter than the estimated step + checkpoint on the
+def startup_window_check(run: PPORun | SFTRun) -> list[str]:
+    """At the start of ``train crawler_ppo`` (a :class:`PPORun`) / ``selector_sft`` / ``crawler_sft`` (an
+    :class:`SFTRun`) under a launcher that exported the Slurm signal lead (``SCHOLAR_SIGNAL_LEAD_S``:
+    ``slurm/job_env.sh``, the submitit launchers): one warning line each where the lead is shorter than the estimated step + checkpoint on the
     configured GPUs, or torchrun's shutdown window shorter than the lead (:func:`runtime.preemption.
     check_preemption_window`). Returns the warnings; never stops the run."""
     from scholar_agents.runtime import preemption
@@ -376,13 +382,13 @@ def startup_window_check(cfg: DictConfig, kind: str) -> list[str]:
     if preemption.signal_lead_s() is None:
         return []
     needed, what = None, ""
-    cluster = to_cluster_config(cfg.cluster)
+    cluster = run.cluster
     if cluster.has_gpus:
         try:
-            if kind == "ppo":
-                est = ppo_window_from_config(cfg, inputs_from_config(cfg, cluster))
+            if isinstance(run, PPORun):
+                est = ppo_window_from_config(run, inputs_from_config(run, cluster))
             else:
-                est = sft_window_from_config(cfg, sft_inputs_from_config(cfg, cluster))
+                est = sft_window_from_config(run, sft_inputs_from_config(run, cluster))
         except (UsageError, FileNotFoundError, ValueError) as e:
             log.info("preemption window: no estimate (%s)", e)
         else:
@@ -392,21 +398,21 @@ def startup_window_check(cfg: DictConfig, kind: str) -> list[str]:
     return preemption.check_preemption_window(needed, what)
 
 
-def startup_save_every(cfg: DictConfig) -> int:
+def startup_save_every(run: PPORun) -> int:
     """``ppo.save_every`` sized at the start of ``train crawler_ppo`` under a launcher that exported the Slurm signal
     lead (:func:`sized_save_every`: 1 where the lead, or torchrun's shorter shutdown window, does not cover
     ``scholar plan``'s step + checkpoint), logged in one line on global rank 0; as configured otherwise."""
     from scholar_agents.runtime import preemption
 
-    configured = int(_get(cfg.ppo, "save_every", 1))
+    configured = int(run.ppo.save_every)
     lead = preemption.signal_lead_s()
-    cluster = to_cluster_config(cfg.cluster)
+    cluster = run.cluster
     if lead is None or not cluster.has_gpus:
         return configured
     shutdown = preemption.torchrun_shutdown_s()
     lead = min(lead, shutdown) if shutdown is not None else lead
     try:
-        est = ppo_window_from_config(cfg, inputs_from_config(cfg, cluster))
+        est = ppo_window_from_config(run, inputs_from_config(run, cluster))
     except (FileNotFoundError, ValueError) as e:  # no model config to size from: as configured
         log.info("ppo.save_every: no estimate (%s)", e)
         return configured
@@ -416,12 +422,10 @@ def startup_save_every(cfg: DictConfig) -> int:
     return sized
 
 
-def _cluster_for_startup(cfg: DictConfig) -> ClusterConfig | None:
+def _cluster_for_startup(cluster: ClusterConfig) -> ClusterConfig | None:
     """The hardware this run checks against: the configured cluster with the world size the launcher actually
     started (WORLD_SIZE / LOCAL_WORLD_SIZE, when they disagree with it), or on a CUDA machine with cluster=cpu this
     card; None where there is nothing to check (no GPUs anywhere)."""
-
-    cluster = to_cluster_config(cfg.cluster)
     world = int(os.environ.get("WORLD_SIZE", "0"))
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
     if cluster.has_gpus:
@@ -442,7 +446,7 @@ def _cluster_for_startup(cfg: DictConfig) -> ClusterConfig | None:
                          headroom_gib=cluster.headroom_gib, memory_check=cluster.memory_check)
 
 
-def startup_check(cfg: DictConfig) -> Plan | None:
+def startup_check(run: PPORun) -> Plan | None:
     """``train crawler_ppo`` calls this before building anything: name the attention kernel the models load with
     (``ppo.attn_implementation``; refused in one line if it cannot load), then refuse (SystemExit naming the fix) a
     plan that does not fit the GPUs. The plan is skipped, with one log line, without GPUs or with
@@ -450,16 +454,16 @@ def startup_check(cfg: DictConfig) -> Plan | None:
     from scholar_agents.llm.attention import resolve_attn_implementation
 
     # the kernel the models will load with, named once here (and refused here, in one line, if it cannot load)
-    attn = resolve_attn_implementation(_get(cfg.ppo, "attn_implementation", None), "ppo.attn_implementation")
-    cluster = to_cluster_config(cfg.cluster)
+    attn = resolve_attn_implementation(run.ppo.attn_implementation, "ppo.attn_implementation")
+    cluster = run.cluster
     if not cluster.memory_check:
         log.info("memory check skipped (cluster.memory_check=false)")
         return None
-    target = _cluster_for_startup(cfg)
+    target = _cluster_for_startup(cluster)
     if target is None:
         log.info("memory check skipped: cluster=%s has no GPUs and CUDA is not available", cluster.name)
         return None
-    p = build_plan(inputs_from_config(cfg, target))
+    p = build_plan(inputs_from_config(run, target))
     ok, message = verdict(p)
     if not ok:
         raise SystemExit(f"{format_plan(p)}\n\n{message}\n(`scholar plan <the same overrides>` prints this plan; "

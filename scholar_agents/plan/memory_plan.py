@@ -41,7 +41,8 @@ ACCELERATE_SIZES = "accelerate calculate_maximum_sizes"
 
 @dataclass(frozen=True)
 class PlanInputs:
-    """Everything the plan depends on, read from the run's composed config (:func:`inputs_from_config`)."""
+    """Everything the plan depends on, read from the run's typed config (:func:`~scholar_agents.plan.commands.
+    inputs_from_config`). No defaults: each value is the config's (its dataclass holds the default)."""
 
     cluster: ClusterConfig
     policy: ModelShape
@@ -49,33 +50,33 @@ class PlanInputs:
     ref: ModelShape | None  # None = the LoRA policy with its adapter disabled (no second copy)
     # False = a critic-free estimator (ppo.estimator=grpo|rloo): no value model or head at all (``value`` is then
     # only what paper_mc would build, for the comparison `scholar plan` prints)
-    critic: bool = True
-    estimator: str = "paper_mc"
-    zero_stage: int = 0  # 0 = no DeepSpeed
-    deepspeed: str | None = None
-    offload_optimizer: bool = False
-    offload_params: bool = False
-    model_dtype_bytes: int = 2
-    lora_trainable: int | None = None  # trainable LoRA parameters of the policy; None = full fine-tuning
-    gradient_checkpointing: bool = True
-    attn_implementation: str = "flash_attention_2"
-    forward_batch_size: int = 1
-    score_batch_size: int = 8
-    seq_len: int = 8192  # a session's prompt + response is at most llm.max_model_len tokens
-    seq_len_source: str = "llm.max_model_len"  # or ppo.plan_seq_len: the plan's own sequence length
-    response_len: int = 256  # max_new_tokens: the logits kept per session (logits_to_keep = R + 1)
-    engine_backend: str = "vllm"  # vllm | hf
-    engine_dtype_bytes: int = 2
-    gpu_memory_utilization: float = 0.85
-    engine_sequences: int = 6  # sequences generated at once per rank
-    engine_sequences_source: str = ""
-    sleep: bool = False
-    selector: ModelShape | None = None
-    selector_backend: str = "none"  # none (not used / served elsewhere) | hf | vllm (in process)
-    selector_dtype_bytes: int = 2
-    selector_gpu_memory_utilization: float = 0.0
-    selector_batch_size: int = 32
-    selector_seq_len: int = 4096
+    critic: bool
+    estimator: str
+    zero_stage: int  # 0 = no DeepSpeed
+    deepspeed: str | None
+    offload_optimizer: bool
+    offload_params: bool
+    model_dtype_bytes: int
+    lora_trainable: int | None  # trainable LoRA parameters of the policy; None = full fine-tuning
+    gradient_checkpointing: bool
+    attn_implementation: str | None  # None = transformers' default (sdpa: no score matrix kept, as auto)
+    forward_batch_size: int
+    score_batch_size: int
+    seq_len: int  # a session's prompt + response: ppo.plan_seq_len, else llm.max_model_len
+    seq_len_source: str  # which of the two
+    response_len: int  # max_new_tokens: the logits kept per session (logits_to_keep = R + 1)
+    engine_backend: str  # vllm | hf
+    engine_dtype_bytes: int
+    gpu_memory_utilization: float
+    engine_sequences: int  # sequences generated at once per rank
+    sleep: bool
+    selector: ModelShape | None  # in this process (selector_backend hf | vllm); None = none planned here
+    selector_backend: str  # none (not used / served elsewhere) | hf | vllm (in process)
+    # the in-process Selector's engine (None without one)
+    selector_dtype_bytes: int | None
+    selector_gpu_memory_utilization: float | None
+    selector_batch_size: int | None
+    selector_seq_len: int | None
 
     @property
     def world(self) -> int:
@@ -176,7 +177,7 @@ def _state_split(params: int, stage: int, n: int, offload_optimizer: bool, offlo
 # activations (our formula; no library estimates them)
 
 
-def layer_activation_bytes(shape: ModelShape, batch: int, seq: int, attn_implementation: str) -> int:
+def layer_activation_bytes(shape: ModelShape, batch: int, seq: int, attn_implementation: str | None) -> int:
     """Bytes one decoder layer saves for backward: Korthikanti et al. 2022, "Reducing Activation Recomputation in
     Large Transformer Models", §4.1 Eq. 1 (s·b·h·(34 + 5·a·s/h) for GPT with 16-bit tensors), redone for a
     Llama/Qwen2 block without dropout: attention = QKV-projection input 2sbh + Q, K, V 2sb(h + 2h_kv) + attention
@@ -199,7 +200,7 @@ def inference_layer_bytes(shape: ModelShape, batch: int, seq: int) -> int:
     return seq * batch * (8 * shape.hidden + 6 * shape.intermediate)
 
 
-def backbone_activation_bytes(shape: ModelShape, batch: int, seq: int, attn_implementation: str,
+def backbone_activation_bytes(shape: ModelShape, batch: int, seq: int, attn_implementation: str | None,
                               checkpointing: bool) -> int:
     """A forward pass kept for backward. With gradient checkpointing (HF checkpoints every decoder layer) only each
     layer's 16-bit input stays (2sbh per layer) plus one layer recomputed at a time during backward."""

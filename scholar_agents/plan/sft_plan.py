@@ -18,18 +18,21 @@ SFT_PHASES = ("train",)
 
 @dataclass(frozen=True)
 class SFTInputs:
+    """What the SFT plan depends on, read from the run's typed config (:func:`~scholar_agents.plan.commands.
+    sft_inputs_from_config`). No defaults: each value is the config's (its dataclass holds the default)."""
+
     cluster: ClusterConfig
     model: ModelShape
-    zero_stage: int = 0
-    deepspeed: str | None = None
-    offload_optimizer: bool = False
-    offload_params: bool = False
-    model_dtype_bytes: int = 2
-    lora_trainable: int | None = None
-    gradient_checkpointing: bool = False
-    attn_implementation: str = "sdpa"
-    batch: int = 4  # sft.per_device_train_batch_size
-    seq_len: int = 1024  # sft.max_length
+    zero_stage: int  # 0 = no DeepSpeed
+    deepspeed: str | None
+    offload_optimizer: bool
+    offload_params: bool
+    model_dtype_bytes: int
+    lora_trainable: int | None  # trainable LoRA parameters; None = full fine-tuning
+    gradient_checkpointing: bool
+    attn_implementation: str | None  # None = transformers' default (sdpa: no score matrix kept, as auto)
+    batch: int  # sft.per_device_train_batch_size
+    seq_len: int  # sft.max_length
 
     @property
     def world(self) -> int:

@@ -33,8 +33,9 @@ def crawler_ppo(cfg: DictConfig) -> dict:
 def _crawler_ppo(cfg: DictConfig, handler) -> dict:
     import os
 
+    from scholar_agents.pasa.crawl_budget import critic_free_crawl_budget
     from scholar_agents.plan.commands import startup_check, startup_save_every, startup_window_check
-    from scholar_agents.train.ppo.config import critic_free_crawl_budget
+    from scholar_agents.train.plan_runs import ppo_run
     from scholar_agents.train.ppo.rollout import check_colocated_tensor_parallel
     from scholar_agents.train.ppo.inputs import build_ppo_inputs
     from scholar_agents.train.ppo.trainer import PPOTrainer
@@ -47,12 +48,13 @@ def _crawler_ppo(cfg: DictConfig, handler) -> dict:
     critic_free_crawl_budget(str(cfg.ppo.estimator), cfg.crawler.env)
     check_colocated_tensor_parallel(str(cfg.llm.backend), int(cfg.llm.get("tensor_parallel_size") or 1),
                                     int(os.environ.get("WORLD_SIZE", "1")))
-    startup_check(cfg)
+    run = ppo_run(cfg)  # what `scholar plan` reads, typed
+    startup_check(run)
     # under Slurm: one warning line if the signal lead is shorter than `scholar plan`'s step + checkpoint estimate,
     # or torchrun's shutdown window shorter than the lead (docs/cluster.md "Preemption, time limits and requeue");
     # then every step is checkpointed, so that a preemption loses at most the step in flight
-    startup_window_check(cfg, "ppo")
-    cfg.ppo.save_every = startup_save_every(cfg)
+    startup_window_check(run)
+    cfg.ppo.save_every = startup_save_every(run)
     inputs = build_ppo_inputs(cfg)  # the config, typed once, and what it names (store, indexes, queries), built
     if handler.requested:  # warned while the store and indexes were built: leave before the models load
         log.warning("preemption signal (%s) during set-up: nothing to save, leaving for requeue",

@@ -66,8 +66,9 @@ def split_sessions_by_query(train_file: str | Path, out_dir: str | Path, fractio
 
 def crawler_sft(cfg: DictConfig) -> dict:
     from scholar_agents.plan.commands import startup_window_check
+    from scholar_agents.train.plan_runs import sft_run
 
-    startup_window_check(cfg, "sft")  # under Slurm: the signal lead against one step + checkpoint (one log line)
+    startup_window_check(sft_run(cfg))  # under Slurm: the signal lead against one step + checkpoint (one log line)
     split = None
     fraction = float((cfg.get("heldout") or {}).get("fraction") or 0.0)
     if fraction > 0:

@@ -17,8 +17,9 @@ log = logging.getLogger(__name__)
 
 def selector_sft(cfg: DictConfig) -> dict:
     from scholar_agents.plan.commands import startup_window_check
+    from scholar_agents.train.plan_runs import sft_run
 
-    startup_window_check(cfg, "sft")  # under Slurm: the signal lead against one step + checkpoint (one log line)
+    startup_window_check(sft_run(cfg))  # under Slurm: the signal lead against one step + checkpoint (one log line)
     summary = run_sft(cfg.sft, logging_cfg=cfg.get("logging"), report_dir=run_dir(cfg),
                       dist_timeout_minutes=(cfg.get("cluster") or {}).get("dist_timeout_minutes"))
     log.info("selector SFT: %d steps, loss %s, model in %s", summary["global_step"],

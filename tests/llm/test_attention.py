@@ -90,9 +90,10 @@ def test_sft_loads_the_model_with_the_resolved_kernel(no_flash_attn, tiny_model_
 
 def test_startup_check_of_train_crawler_ppo_names_the_kernel(no_flash_attn, caplog):
     from scholar_agents.plan.commands import startup_check
+    from scholar_agents.train.plan_runs import ppo_run
 
     with caplog.at_level(logging.INFO):
-        assert startup_check(compose("train_crawler_ppo", ["ppo=pasa_paper"])) is None  # cluster=cpu: no plan
+        assert startup_check(ppo_run(compose("train_crawler_ppo", ["ppo=pasa_paper"]))) is None  # cluster=cpu: no plan
     assert choices(caplog) == ["attention: sdpa (ppo.attn_implementation=auto: flash_attn does not import "
                                "(ModuleNotFoundError: import of flash_attn halted; None in sys.modules))"]
 

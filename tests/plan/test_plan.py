@@ -15,6 +15,7 @@ from scholar_agents.runtime.cluster import ClusterConfig, to_cluster_config
 from scholar_agents.plan.commands import inputs_from_config, startup_check
 from scholar_agents.plan.memory_plan import GIB, build_plan, zero_model_states
 from scholar_agents.plan.model_sizes import model_shape
+from scholar_agents.train.plan_runs import ppo_run, sft_run
 
 QWEN = "Qwen/Qwen2.5-7B-Instruct"
 ZERO2 = "ppo.deepspeed=${sa_pkg:}/conf/deepspeed/zero2.json"
@@ -91,7 +92,7 @@ def test_todays_zero2_plan_on_80gb_is_refused_naming_zero3():
 
 
 def _paper_inputs(*extra):
-    return inputs_from_config(compose("train_crawler_ppo", [*PAPER, ZERO3, *extra]))
+    return inputs_from_config(ppo_run(compose("train_crawler_ppo", [*PAPER, ZERO3, *extra])))
 
 
 def test_zero2_states_match_deepspeeds_estimator_with_offload():
@@ -136,12 +137,12 @@ def test_sleep_mode_frees_the_engine_outside_rollouts():
 def test_startup_check_refuses_a_plan_that_does_not_fit_and_the_switch_turns_it_off(caplog):
     refused = compose("train_crawler_ppo", [*PAPER, ZERO2])
     with pytest.raises(SystemExit, match="use conf/deepspeed/zero3.json"):
-        startup_check(refused)
-    assert startup_check(compose("train_crawler_ppo", [*PAPER, ZERO2, "cluster.memory_check=false"])) is None
-    fits = startup_check(compose("train_crawler_ppo", [*PAPER, ZERO3, "llm.gpu_memory_utilization=0.5"]))
+        startup_check(ppo_run(refused))
+    assert startup_check(ppo_run(compose("train_crawler_ppo", [*PAPER, ZERO2, "cluster.memory_check=false"]))) is None
+    fits = startup_check(ppo_run(compose("train_crawler_ppo", [*PAPER, ZERO3, "llm.gpu_memory_utilization=0.5"])))
     assert fits is not None and fits.fits
     with caplog.at_level("INFO"):
-        assert startup_check(compose("train_crawler_ppo", [])) is None  # cluster=cpu, no CUDA here
+        assert startup_check(ppo_run(compose("train_crawler_ppo", []))) is None  # cluster=cpu, no CUDA here
     assert "memory check skipped" in caplog.text
     # the task function checks before it builds the trainer (which would load the 7B checkpoint)
     from scholar_agents.train.crawler_ppo import crawler_ppo
@@ -213,13 +214,13 @@ def test_a6000_plans_of_docs_cluster_md():
     """docs/cluster.md: ZeRO-3 with the default engine is refused on 2 A6000 nodes; 4 nodes with a smaller engine
     and scoring batch fit, and so do 2 nodes with vLLM sleep mode."""
     a6000 = [*PAPER[:-1], "cluster=a6000_48gb", ZERO3]
-    default = build_plan(inputs_from_config(compose("train_crawler_ppo", a6000)))
+    default = build_plan(inputs_from_config(ppo_run(compose("train_crawler_ppo", a6000))))
     assert not default.fits
-    four_nodes = build_plan(inputs_from_config(compose("train_crawler_ppo", [
-        *a6000, "cluster.nodes=4", "llm.gpu_memory_utilization=0.45", "ppo.score_batch_size=4"])))
+    four_nodes = build_plan(inputs_from_config(ppo_run(compose("train_crawler_ppo", [
+        *a6000, "cluster.nodes=4", "llm.gpu_memory_utilization=0.45", "ppo.score_batch_size=4"]))))
     assert four_nodes.fits and four_nodes.inputs.world == 32
-    asleep = build_plan(inputs_from_config(compose("train_crawler_ppo", [
-        *a6000, "llm.gpu_memory_utilization=0.45", _sleep_override()])))
+    asleep = build_plan(inputs_from_config(ppo_run(compose("train_crawler_ppo", [
+        *a6000, "llm.gpu_memory_utilization=0.45", _sleep_override()]))))
     assert asleep.fits and asleep.inputs.sleep and asleep.peak_phase == "rollout"
 
 
@@ -236,7 +237,7 @@ PRESET = ["experiment=pasa_crawler_ppo", f"ppo.policy_model={QWEN}"]
 def test_the_ppo_preset_plans_of_docs_cluster_md(extra, fits):
     """The verdicts docs/cluster.md shows for `scholar plan experiment=pasa_crawler_ppo ...` (the paper run)."""
     cfg = compose("train_crawler_ppo", [*PRESET, *extra])
-    plan = build_plan(inputs_from_config(cfg))
+    plan = build_plan(inputs_from_config(ppo_run(cfg)))
     assert plan.fits == fits
     assert plan.inputs.zero_stage == (2 if ZERO2 in extra else 3)
 
@@ -259,7 +260,7 @@ def test_sft_plans_selector_on_8_a6000_and_names_zero3_without_deepspeed():
     from scholar_agents.plan.sft_plan import build_sft_plan
 
     cfg = compose("train_selector_sft", ["sft=pasa_7b", "cluster=a6000_48gb", "cluster.nodes=1", "sft.deepspeed=null"])
-    plan = build_sft_plan(sft_inputs_from_config(cfg))
+    plan = build_sft_plan(sft_inputs_from_config(sft_run(cfg)))
     ok, message = verdict(plan)
     assert not ok and "use conf/deepspeed/zero3.json (sft.deepspeed=" in message
 
@@ -274,7 +275,7 @@ def test_sft_rows_of_docs_cluster_md(overrides, fits, peak):
     from scholar_agents.plan.commands import sft_inputs_from_config
     from scholar_agents.plan.sft_plan import build_sft_plan
 
-    plan = build_sft_plan(sft_inputs_from_config(compose("train_selector_sft", ["sft=pasa_7b", *overrides])))
+    plan = build_sft_plan(sft_inputs_from_config(sft_run(compose("train_selector_sft", ["sft=pasa_7b", *overrides]))))
     assert plan.fits == fits and round(plan.peak_gib, 1) == peak
 
 
@@ -284,8 +285,8 @@ def test_startup_check_plans_for_the_world_size_the_launcher_started(monkeypatch
     monkeypatch.setenv("WORLD_SIZE", "8")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
     with pytest.raises(SystemExit, match=r"1 node x 8 GPUs = 8(.|\n)*lower llm.gpu_memory_utilization to 0.3"):
-        startup_check(compose("train_crawler_ppo", [*PAPER, ZERO3, "llm.gpu_memory_utilization=0.5"]))
-    plan = startup_check(compose("train_crawler_ppo", [*PAPER, ZERO3, "llm.gpu_memory_utilization=0.3"]))
+        startup_check(ppo_run(compose("train_crawler_ppo", [*PAPER, ZERO3, "llm.gpu_memory_utilization=0.5"])))
+    plan = startup_check(ppo_run(compose("train_crawler_ppo", [*PAPER, ZERO3, "llm.gpu_memory_utilization=0.3"])))
     assert plan.fits and plan.inputs.world == 8 and plan.inputs.cluster.nodes == 1
 
 
@@ -314,7 +315,7 @@ def test_the_shipped_ppo_experiment_plans_from_its_base_model_before_sft_ran(tmp
     assert "  requirements/gpu-cu12-linux-x86_64-py312.lock: torch 2.10.0 for CUDA 12.8" in out.stdout
     cfg = compose("plan", ["experiment=pasa_crawler_ppo", f"paths.output_root={tmp_path}"])
     assert cfg.cluster.gpus_per_node == 8 and cfg.cluster.require_cuda is False
-    x = inputs_from_config(cfg)
+    x = inputs_from_config(ppo_run(cfg))
     assert x.policy.params == x.ref.params == model_shape(QWEN).params and x.value.layers == 28
 
 
@@ -323,17 +324,17 @@ def test_a_missing_model_without_a_base_is_one_usage_error_naming_the_setting(tm
 
     missing = tmp_path / "not_trained_yet"
     with pytest.raises(UsageError, match=r"^ppo.policy_model: no config.json for model .*or set ppo.base_model="):
-        inputs_from_config(compose("train_crawler_ppo", [*PAPER, f"ppo.policy_model={missing}",
-                                                          "ppo.base_model=null"]))
+        inputs_from_config(ppo_run(compose("train_crawler_ppo", [*PAPER, f"ppo.policy_model={missing}",
+                                                                  "ppo.base_model=null"])))
     with pytest.raises(UsageError, match=r"does not exist yet and ppo.base_model: no config.json for model '/nope'"):
-        inputs_from_config(compose("train_crawler_ppo", [*PAPER, f"ppo.policy_model={missing}",
-                                                          "ppo.base_model=/nope"]))
+        inputs_from_config(ppo_run(compose("train_crawler_ppo", [*PAPER, f"ppo.policy_model={missing}",
+                                                                  "ppo.base_model=/nope"])))
 
 
 def test_the_plans_sequence_length_is_its_own_input():
     """ppo.plan_seq_len: the plan for sessions of 2,048 tokens, whatever the engine's max_model_len (8,192)."""
-    default = inputs_from_config(compose("train_crawler_ppo", [*PAPER, ZERO3]))
-    short = inputs_from_config(compose("train_crawler_ppo", [*PAPER, ZERO3, "ppo.plan_seq_len=2048"]))
+    default = inputs_from_config(ppo_run(compose("train_crawler_ppo", [*PAPER, ZERO3])))
+    short = inputs_from_config(ppo_run(compose("train_crawler_ppo", [*PAPER, ZERO3, "ppo.plan_seq_len=2048"])))
     assert (default.seq_len, default.seq_len_source) == (8192, "llm.max_model_len")
     assert (short.seq_len, short.seq_len_source) == (2048, "ppo.plan_seq_len")
     assert build_plan(short).phase_total("update") < build_plan(default).phase_total("update")
@@ -350,7 +351,7 @@ def test_critic_free_estimators_plan_no_value_model_and_print_what_it_saves(esti
 
     from scholar_agents.plan.commands import format_plan
 
-    x = inputs_from_config(compose("train_crawler_ppo", [*PRESET, f"ppo.estimator={estimator}"]))
+    x = inputs_from_config(ppo_run(compose("train_crawler_ppo", [*PRESET, f"ppo.estimator={estimator}"])))
     plan, with_critic = build_plan(x), build_plan(dataclasses.replace(x, critic=True, estimator="paper_mc"))
     assert not x.critic and not any(r.model == "value" or "value" in r.model for r in plan.rows)
     assert any(r.model == "value" for r in with_critic.rows)
@@ -365,3 +366,18 @@ def test_critic_free_estimators_plan_no_value_model_and_print_what_it_saves(esti
     assert f"no value model (ppo.estimator={estimator}): saves {saved['rollout']:.1f} GiB in rollout" in text
     assert f"{saved['update']:.1f} GiB in update per GPU" in text
     assert "no value model" not in format_plan(with_critic)
+
+
+def test_the_planner_reads_typed_configs_and_imports_nothing_above_its_floor():
+    """plan/ gets the run's config typed by the training floor's dataclasses (train/plan_runs.py); it needs nothing
+    of train/ itself, so none of its imports climbs a floor (the estimator names and crawl budgets it reads are in
+    pasa/crawl_budget.py)."""
+    import importlib.util
+
+    from tests.paths import REPO
+
+    spec = importlib.util.spec_from_file_location("import_graph", REPO / "scripts" / "import_graph.py")
+    graph = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(graph)
+    climbs = [f"{a}:{line} -> {b}" for a, b, line, _ in graph.upward(graph.edges()) if graph.part_of(a) == "plan"]
+    assert climbs == []

@@ -34,7 +34,7 @@ IMAGE = _names(SCRIPTS / "gpu_image_packages.txt")
 # What gpu_check.sh runs (`scholar plan`, `slurm probe`, `train crawler_ppo` with hf rollouts + BM25 + ZeRO-3,
 # `train selector_sft` full and LoRA): the modules of those commands and the libraries they import lazily.
 CHECK_MODULES = [
-    "scholar_agents.cli", "scholar_agents.hydra_app", "scholar_agents.plan.commands",
+    "scholar_agents.cli", "scholar_agents.hydra_app", "scholar_agents.plan.commands", "scholar_agents.train.plan_runs",
     "scholar_agents.runtime.slurm_probe", "scholar_agents.train.crawler_ppo", "scholar_agents.train.ppo.trainer",
     "scholar_agents.train.selector_sft", "scholar_agents.llm.hf_backend", "scholar_agents.papers.bm25",
     "hydra", "deepspeed", "trl", "datasets", "bm25s", "peft", "accelerate", "transformers", "rapidfuzz", "faiss",
