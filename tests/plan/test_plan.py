@@ -372,12 +372,8 @@ def test_the_planner_reads_typed_configs_and_imports_nothing_above_its_floor():
     """plan/ gets the run's config typed by the training floor's dataclasses (train/plan_runs.py); it needs nothing
     of train/ itself, so none of its imports climbs a floor (the estimator names and crawl budgets it reads are in
     pasa/crawl_budget.py)."""
-    import importlib.util
+    from tests.fixtures.script_loader import load_script
 
-    from tests.paths import REPO
-
-    spec = importlib.util.spec_from_file_location("import_graph", REPO / "scripts" / "import_graph.py")
-    graph = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(graph)
+    graph = load_script("import_graph")
     climbs = [f"{a}:{line} -> {b}" for a, b, line, _ in graph.upward(graph.edges()) if graph.part_of(a) == "plan"]
     assert climbs == []
