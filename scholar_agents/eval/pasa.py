@@ -265,10 +265,10 @@ def pasa(cfg: DictConfig) -> dict:
         raise UsageError(f"queries.path={cfg.queries.path!r}: no query with gold papers (answer_arxiv_id) to evaluate")
     settings = settings_of(cfg.get("setting"), bool(cfg.crawler.env.get("search_date_filter", True)))
     specs = row_specs(cfg.rows, settings, cfg.get("phrasings"))
+    boot = typed(BootstrapConfig, cfg.get("bootstrap"), "bootstrap")  # before any model is loaded
     res = Resources(cfg)
     in_store = gold_in_store(queries, res.store)
     count_candidates = CandidateCounter(res.store, bool(cfg.search.get("keep_undated", True)))
-    boot = BootstrapConfig(**(OmegaConf.to_container(cfg.bootstrap, resolve=True) if cfg.get("bootstrap") else {}))
     t_start = time.time()
 
     def run_chunk(spec: RowSpec, chunk: list[ScholarQuery]) -> tuple[list[dict], Any]:

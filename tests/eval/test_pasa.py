@@ -81,3 +81,23 @@ def test_resume_drops_only_a_cut_off_last_line(tmp_path):
             _read_done(f)
         assert f.read_text() == broken  # left as it was
     assert _read_done(tmp_path / "none.jsonl") == {}
+
+
+def test_a_wrong_bootstrap_value_is_one_line_before_any_model_loads(tmp_path, tmp_path_factory, monkeypatch):
+    """eval pasa types `bootstrap` with typed() before Resources loads the store, the index and the models: the
+    error names the key, and nothing is loaded or written."""
+    import pytest
+
+    from scholar_agents.eval import pasa as eval_pasa
+    from scholar_agents.hydra_app import compose
+    from scholar_agents.validation import UsageError
+
+    def never(*a, **k):
+        raise AssertionError("Resources was built before the config was checked")
+
+    monkeypatch.setattr("scholar_agents.pasa.resources.Resources", never)
+    out = tmp_path / "out"
+    overrides = tiny_eval_overrides(tmp_path_factory, out, "unused-model", "[{name: s, method: search}]",
+                                    "bootstrap.samples=many")
+    with pytest.raises(UsageError, match="bootstrap.samples"):
+        eval_pasa.pasa(compose("eval_pasa", overrides))
