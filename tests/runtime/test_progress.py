@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import io
 import logging
 import os
 import pty
@@ -149,18 +150,9 @@ def test_a_transient_bar_is_silent_unless_it_runs_longer_than_30_s(clock, caplog
                                                                  "hf generate: 100% 4/4"]
 
 
-class FakeTerminal:
-    def __init__(self):
-        self.written = []
-
+class FakeTerminal(io.StringIO):
     def isatty(self) -> bool:
         return True
-
-    def write(self, s: str) -> None:
-        self.written.append(s)
-
-    def flush(self) -> None:
-        pass
 
 
 def test_the_bar_is_chosen_by_its_stream():
@@ -169,7 +161,7 @@ def test_the_bar_is_chosen_by_its_stream():
     bar = progress_bar(range(3), desc="x", file=term)
     assert not isinstance(bar, LogLines)
     list(bar)
-    assert any("\r" in s for s in term.written)
+    assert "\r" in term.getvalue()
     assert isinstance(progress_bar(range(3), file=open(os.devnull, "w")), LogLines)
     # tqdm's disable=None means "off where not a terminal": there the lines are what is wanted
     assert not progress_bar(range(3), disable=None, file=open(os.devnull, "w")).disable
@@ -180,8 +172,7 @@ import os
 from scholar_agents.runtime.library_bars import library_bars_off_unless_terminal
 print(library_bars_off_unless_terminal())  # first, as cli.main does: nothing has imported tqdm yet
 from tqdm import tqdm
-for _ in tqdm(range(50), desc="third-party"):  # a library's bar: no disable= of its own
-    pass
+list(tqdm(range(50), desc="third-party"))  # a library's bar: no disable= of its own
 import huggingface_hub.utils
 from transformers.utils import logging as tl
 print(os.environ.get("TQDM_DISABLE"), os.environ.get("HF_DATASETS_DISABLE_PROGRESS_BARS"),
