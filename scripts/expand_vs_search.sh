@@ -19,6 +19,9 @@
 # "{name: agent_rl, method: agent, adapter: <dir>, fallback_search: true, search_user_query: true, related_expand: true}").
 # RELATED_ADAPTER=<adapter dir>: the related row (agent_related_sft) uses that adapter, the re-rank rows
 # (rerank_*_sft) its number of papers.
+# ROWSET=page runs only the page's pipeline (the default agent row) beside the searches and their re-rank at the
+# agent's number of papers, into <setting>_page (docs/pasa.md "The page against the search it wraps"; e.g.
+# FORMS=imperative,papers_that,looking_for,show_me for the request forms the related study does not run).
 # AGENTS=0 runs only the rows without an LLM (search, oracle, teacher, re-rank at RERANK_K papers): minutes, not hours.
 # Every eval resumes (resume_dir): re-run the same command after an interruption.
 set -euo pipefail
@@ -34,6 +37,8 @@ MAX_ACTIONS=${MAX_ACTIONS:-6}
 MAX_SESSIONS=${MAX_SESSIONS:-4}
 MAX_SEARCHES=${MAX_SEARCHES:-4}
 AGENTS=${AGENTS:-1}
+ROWSET=${ROWSET:-expand}
+case "$ROWSET" in expand|page) ;; *) echo "ROWSET must be expand or page, got $ROWSET" >&2; exit 2;; esac
 RERANK_K=${RERANK_K:-20}
 HELD=${HELD:-scholar_agents/assets/crawler_adapter/heldout_qids.txt}
 DEV=${DEV:-../shared/data/queries/autoscholarquery_dev.jsonl}
@@ -57,6 +62,7 @@ ORACLE1="{name: oracle_no_follow, method: gold_blind_oracle, max_searches: $MAX_
 TEACHER="{name: teacher, method: verified_teacher, label: 'Verified teacher (hindsight, not reachable)'}"
 # the re-rank rows search as many papers as the related agent's crawl held (query by query), or RERANK_K without agents
 if [ "$AGENTS" = 1 ]; then BUDGET="budget_of: agent_related$RR"; else BUDGET="rerank_k: $RERANK_K"; fi
+[ "$ROWSET" = page ] && { BUDGET="budget_of: agent"; RR=""; }
 for set in $SETS; do
   if [ "$set" = heldout ]; then QPATH="$OUT/heldout_queries.jsonl"; PHR=("phrasings=[$FORMS]"); else QPATH=$BY_HAND; PHR=(); fi
   for setting in $SETTINGS; do
@@ -69,10 +75,17 @@ for set in $SETS; do
       SEARCH=(search=bm25)
       ROWS="{name: search_bm25, method: search, search: bm25},"
     fi
-    ROWS+="{name: rerank_bm25$RR, method: search_rerank, search: bm25, $BUDGET, label: 'BM25 + Selector re-rank'},$ORACLE,$ORACLE1,$TEACHER"
-    [ "$AGENTS" = 1 ] && ROWS="$AGENT,$RELATED,$ROWS"
+    ROWS+="{name: rerank_bm25$RR, method: search_rerank, search: bm25, $BUDGET, label: 'BM25 + Selector re-rank'}"
+    DIR="$OUT/$set/$setting"
+    if [ "$ROWSET" = page ]; then
+      ROWS="$AGENT,$ROWS"; DIR+=_page
+    else
+      ROWS+=",$ORACLE,$ORACLE1,$TEACHER"
+      [ "$AGENTS" = 1 ] && ROWS="$AGENT,$RELATED,$ROWS"
+      [ "$AGENTS" = 1 ] || DIR+=_searches
+    fi
     [ -n "${AGENT_ROWS:-}" ] && ROWS+=",$AGENT_ROWS"
-    DIR="$OUT/$set/$setting"; [ "$AGENTS" = 1 ] || DIR="$OUT/$set/${setting}_searches"; mkdir -p "$DIR"
+    mkdir -p "$DIR"
     "$PY" -m scholar_agents eval pasa papers=shared_corpus queries.path="$QPATH" "${SEARCH[@]}" setting="$setting" \
       crawler.env.max_actions="$MAX_ACTIONS" crawler.env.max_sessions="$MAX_SESSIONS" chunk_queries=10 \
       resume_dir="$DIR" "${PHR[@]}" "rows=[$ROWS]" "$@"
