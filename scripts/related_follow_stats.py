@@ -19,6 +19,16 @@ from scholar_agents.papers.ids import norm_id
 from scholar_agents.pasa.queries import load_pasa_queries
 
 
+def is_related_session(session: dict) -> bool:
+    """An S_q+p session on a paper without sections, whose outline is related searches: the record's ``related``
+    field; trajectories written before it existed are read from the prompt they keep (the outline starts with the
+    title search)."""
+    if "related" in session:
+        return bool(session["related"])
+    prompt = " ".join(m.get("content", "") for m in session.get("prompt") or [])
+    return 'Sections: ["Title"' in prompt
+
+
 def follow_stats(trajectories: list[dict], gold_of: dict[str, set[str]]) -> dict:
     c: Counter = Counter()
     for t in trajectories:
@@ -30,10 +40,7 @@ def follow_stats(trajectories: list[dict], gold_of: dict[str, set[str]]) -> dict
             related = [a for a in acts if a.get("found_by") == "related"]
             if s.get("start_state") != "S_q+p":
                 continue
-            # a related session is one on a paper without sections: its outline (in the prompt the trajectory
-            # keeps) starts with the paper's title search; a session that only stopped has no found_by to show it
-            prompt = " ".join(m.get("content", "") for m in s.get("prompt") or [])
-            if not (related or 'Sections: ["Title"' in prompt):
+            if not (related or is_related_session(s)):
                 continue
             c["related_sessions"] += 1
             if not related:

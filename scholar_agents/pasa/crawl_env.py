@@ -453,6 +453,7 @@ class CrawlEnv:
             prompt=sess.prompt, prompt_token_ids=list(gen.prompt_token_ids), response_text=comp.text,
             response_token_ids=list(comp.token_ids), response_logprobs=comp.logprobs,
             finish_reason=comp.finish_reason, grammar_errors=[e.to_dict() for e in parsed.errors],
+            related=any(o.related for o in sess.outline),
         )
         n_tokens = len(comp.token_ids) if comp.token_ids else (
             len(self.tokenizer.encode(comp.text, add_special_tokens=False)) if self.tokenizer else len(comp.text.split()))

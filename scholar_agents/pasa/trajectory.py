@@ -87,6 +87,9 @@ class SessionRecord:
     grammar_errors: list[dict] = field(default_factory=list)  # GrammarError.to_dict()
     child_session_ids: list[str] = field(default_factory=list)
     token_spans_ok: bool = True  # False when the response text could not be aligned with its token ids
+    # an S_q+p session whose outline is related searches (crawler.env.related_expand on a paper without sections):
+    # a session that only stopped adds no paper to show it, so the record says it
+    related: bool = False
 
     @property
     def n_moves(self) -> int:

@@ -61,6 +61,9 @@ def test_the_outline_feeds_prompt_grammar_and_executor(world):
     assert phrase.status == "executed" and phrase.found_by == RELATED
     assert unknown.status == "unknown_section"  # a heading the outline does not offer
     assert all(store.get(p).date < QUERY.before for a in (title, phrase) for p in a.added)  # the before-date holds
+    assert rec.related  # the record says it was a related session (a [Stop]-only one adds nothing to show it)
+    [stopped] = env.step([env.expand_session(state, "C", depth=1)], [gen("[Stop]")])
+    assert stopped.related and not stopped.added
     prov = queue_provenance([state.traj], "bm25")
     assert prov and set(prov.values()) == {RELATED}
     # the trajectory round-trips with its provenance
@@ -88,6 +91,7 @@ def test_a_crawl_expands_sectionless_hits_and_batches_related_searches(world):
     # papers with sections still expand their references (found_by left to the action kind)
     refs = [a for r in recs for a in r.actions if a.kind == "expand" and a.status == "executed" and not a.found_by]
     assert all(store.get(r.paper_id).sections for r in recs if any(a in refs for a in r.actions))
+    assert all(r.related == (not store.get(r.paper_id).sections) for r in recs)
 
 
 def test_without_the_switch_nothing_changes(world):

@@ -30,3 +30,15 @@ def test_follow_stats_counts_related_sessions_and_the_gold_they_add():
                  "expands_key_phrase": 1, "papers_added": 3, "gold_added": 1, "followed_papers_adding_gold": 1,
                  "queries_following": 1}
     assert "| agent | 2 | 2 | 1 | 1 / 1 | 3 | 1 | 1 of 1 |" in m.table({"agent": c})
+
+
+def test_the_record_field_decides_over_the_prompt():
+    m = _load()
+    stop = [{"kind": "stop", "argument": "", "added": [], "found_by": None}]
+    # the record's field wins: a sectioned paper whose first heading happens to be "Title" is not related,
+    # a related session written with another prompt style still is; without the field the prompt decides
+    sessions = [{**_session("S_q+p", '["Title", "Method"]', stop), "related": False},
+                {**_session("S_q+p", None, stop), "related": True},
+                _session("S_q+p", '["Title"]', stop)]
+    c = m.follow_stats([{"qid": "q", "sessions": sessions}], {})
+    assert c["related_sessions"] == 2 and "sessions_following" not in c
