@@ -28,5 +28,8 @@ class ServeConfig:
     gold_queries: Optional[str] = None
     # Build the store, index and models at start-up (true: the first search does not pay for loading).
     preload: bool = True
+    # Warm the Crawler and the Selector once when they load (one short generation, one Selector batch), so the first
+    # search costs what later ones cost; false = the first search pays it (bench/serve_first_search.py's baseline).
+    warm_up: bool = True
     finished_jobs_kept: int = 100  # finished searches whose events and results stay readable
     open_browser: bool = False

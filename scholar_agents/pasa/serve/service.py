@@ -178,9 +178,10 @@ class SearchService:
             log.info("agent ready in %.1f s", self.load_seconds)
             t1 = time.perf_counter()
             try:
-                self.warm_up(agent)
-                self.warm_seconds = round(time.perf_counter() - t1, 1)
-                log.info("Crawler and Selector warmed in %.1f s", self.warm_seconds)
+                if self.cfg.serve.get("warm_up", True):
+                    self.warm_up(agent)
+                    self.warm_seconds = round(time.perf_counter() - t1, 1)
+                    log.info("Crawler and Selector warmed in %.1f s", self.warm_seconds)
             except Exception as e:  # noqa: BLE001 — a cold first search, not a dead server
                 log.warning("warming the Crawler and Selector failed (the first search will be slower): %s", e)
             self._agent = agent

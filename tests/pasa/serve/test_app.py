@@ -252,6 +252,29 @@ def test_the_models_are_warmed_when_they_load(app_client):
         assert backend._grammars  # the S_q grammar, compiled by the warm-up
 
 
+def test_warm_up_false_leaves_the_first_search_cold(monkeypatch):
+    """serve.warm_up=false (bench/serve_first_search.py's baseline arm) loads the agent without the warm-up and
+    says so (no "warmed in" figure)."""
+    import scholar_agents.pasa.resources as resources
+    from scholar_agents.pasa.serve.service import SearchService
+
+    class FakeResources:  # the models themselves are not what this checks: only whether warm_up is called
+        def __init__(self, cfg):
+            self.cfg = cfg
+
+        def agent(self):
+            return object()
+
+    monkeypatch.setattr(resources, "Resources", FakeResources)
+    calls = []
+    monkeypatch.setattr(SearchService, "warm_up", lambda self, agent: calls.append(agent))
+    for warm, expect in ((False, 0), (True, 1)):
+        service = SearchService(compose("pasa_serve", [f"serve.warm_up={str(warm).lower()}", "serve.gold_queries=null"]))
+        service.preload()
+        assert service.load_error is None and len(calls) == expect
+        assert (service.setting()["warm_seconds"] is None) is (not warm)
+
+
 def test_more_like_this_starts_a_crawl_from_a_paper(app_client):
     """Issue 39 item 6: {"seed_paper": id} (the page's "more like this" button) crawls from that paper: its title is
     the question, the paper is in the queue and expanded where the store has its sections; the result is streamed
