@@ -108,8 +108,10 @@ def row_specs(rows: Any, settings: Sequence[str] = ("date_filtered",),
             from scholar_agents.validation import UsageError
 
             raise UsageError(f"phrasings must be distinct request forms of {', '.join(FORMS)}; got {list(phrasings)}")
-        base = [b if f == ORIGINAL else dataclasses.replace(b, name=f"{b.name}{PHRASING_SEP}{f}", phrasing=f,
-                                                            label=f"{b.label or b.name} [{f}]")
+        # a re-rank row's budget is its own form's agent row's (the same queries, asked the same way)
+        base = [b if f == ORIGINAL else dataclasses.replace(
+                    b, name=f"{b.name}{PHRASING_SEP}{f}", phrasing=f, label=f"{b.label or b.name} [{f}]",
+                    budget_of=f"{b.budget_of}{PHRASING_SEP}{f}" if b.budget_of else None)
                 for f in phrasings for b in base]
     specs = []
     for setting in settings:
@@ -120,7 +122,8 @@ def row_specs(rows: Any, settings: Sequence[str] = ("date_filtered",),
                 specs.append(dataclasses.replace(b, search_date_filter=False))
             else:
                 specs.append(dataclasses.replace(b, name=b.name + WHOLE_CORPUS_SUFFIX, search_date_filter=False,
-                                                 label=(b.label or b.name) + " [whole corpus]"))
+                                                 label=(b.label or b.name) + " [whole corpus]",
+                                                 budget_of=b.budget_of + WHOLE_CORPUS_SUFFIX if b.budget_of else None))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ValueError(f"row names must be unique, got {names}")

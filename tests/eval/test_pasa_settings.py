@@ -37,6 +37,18 @@ def test_settings_expand_the_rows_once_per_setting():
     assert (b.name, b.search_date_filter, b.label) == ("s@whole_corpus", False, "Search [whole corpus]")
 
 
+def test_a_rerank_budget_follows_its_agent_row_into_each_form_and_setting():
+    """budget_of names the agent row of the same request form and setting: a re-rank of the multi_sentence queries
+    searches as many papers as the multi_sentence crawl held, not the original one's."""
+    rows = [{"name": "agent", "method": "agent"}, {"name": "rr", "method": "search_rerank", "budget_of": "agent"}]
+    specs = {s.name: s for s in row_specs(rows, settings_of("both"), ["original", "multi_sentence"])}
+    assert specs["rr"].budget_of == "agent"
+    assert specs["rr~multi_sentence"].budget_of == "agent~multi_sentence"
+    assert specs["rr@whole_corpus"].budget_of == "agent@whole_corpus"
+    assert specs["rr~multi_sentence@whole_corpus"].budget_of == "agent~multi_sentence@whole_corpus"
+    assert all(s.budget_of in specs for s in specs.values() if s.budget_of)
+
+
 def test_eval_pasa_both_settings_side_by_side(tmp_path, tmp_path_factory):
     from scholar_agents.eval.pasa import pasa
     from scholar_agents.papers.store import PaperStore
