@@ -167,7 +167,8 @@ DOC_FILES = [REPO / "README.md", REPO / "docs" / "cluster.md", *sorted((REPO / "
              *sorted((experiment_table.CONF_DIR / "ppo").glob("*.yaml")),
              *sorted((experiment_table.CONF_DIR / "sft").glob("*.yaml")),
              REPO / "docs" / "ppo.md", REPO / "docs" / "thought_retriever.md", REPO / "docs" / "pasa.md",
-             REPO / "docs" / "data_gen.md", REPO / "docs" / "selector.md"]
+             REPO / "docs" / "data_gen.md", REPO / "docs" / "selector.md",
+             *sorted((REPO / "docs" / "results").glob("*.md"))]  # the dated logs moved out of the design docs
 TEMPLATE_COMMANDS = {"crawler_ppo": "train crawler_ppo", "selector_sft": "train selector_sft",
                      "crawler_sft": "train crawler_sft", "pasa_eval": "eval pasa", "thought_vllm": "thought run",
                      "probe": "slurm probe", "vllm_node": None}  # vllm_node: the command is its first two words
