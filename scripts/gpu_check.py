@@ -56,6 +56,8 @@ import sys
 import time
 from pathlib import Path
 
+from scholar_agents.pasa.crawl_budget import CRITIC_FREE  # the estimators that build no value model
+
 REPO = Path(__file__).resolve().parents[1]
 TOKENIZER_DIR = REPO / "tests" / "assets" / "tiny_tokenizer"
 QWEN_7B = REPO / "scholar_agents" / "assets" / "model_configs" / "qwen2.5-7b-instruct" / "config.json"
@@ -100,7 +102,6 @@ PLAN_S = {
     "cpu": {"slurm_probe": 60, "torchrun_flags": 30, "ppo_2L": 150, "ppo_2L_grpo": 150, "ppo_2L_rloo": 150,
             "sft_full_2L": 120, "sft_lora_2L": 120, "colocated_vllm": 120, "selector_server": 200},
 }
-CRITIC_FREE = ("grpo", "rloo")
 PHASES = ("rollout", "score", "update")
 PPO_EPOCHS = 2  # PaSa Table 9
 
