@@ -1,4 +1,4 @@
-"""The one-GPU check (issue 28): real training commands under ``torchrun --nproc_per_node 1``, measured per phase
+"""The one-GPU check: real training commands under ``torchrun --nproc_per_node 1``, measured per phase
 beside ``scholar plan``'s estimate for the same overrides. Run it through ``scripts/gpu_check.sh OUT_DIR`` (which
 puts the packed dependencies first on the path); ``python scripts/gpu_check.py OUT_DIR --plan-only`` prints the
 plans without running anything (how the GPU sizes below were chosen, on a machine without a GPU).
@@ -18,7 +18,7 @@ travels with the repo; the image has no Qwen or SmolLM2 tokenizer). The GPU shap
 tokenizer's 1,024 decode to nothing; PPO trains on the generated ids, and a random policy writes no valid action,
 so every session is one response of ``max_new_tokens`` tokens: fixed lengths, which is what a memory check wants.
 
-Budget (issue 38): the check fits one device command (at most 600 s) by construction. Every run has a planned time,
+Budget: the check fits one device command (at most 600 s) by construction. Every run has a planned time,
 an upper estimate of its whole ``torchrun`` (``PLAN_S``, one table per profile); the budget (``--budget-s`` or
 ``GPU_CHECK_BUDGET_S``, default 480 s) counts from the moment ``gpu_check.sh`` started, its unpacking included. A
 run starts only if its plan fits what is left of the budget (``skip_reason``), and its plan is its timeout, so the

@@ -12,7 +12,7 @@ PaperInfo = Callable[[list[str]], dict[str, dict]]
 
 
 def end_reason(traj: dict) -> str:
-    """Why the crawl ended, in words that agree with its counters (issue 39 item 3): a budget spent; else every
+    """Why the crawl ended, in words that agree with its counters: a budget spent; else every
     queued paper was visited or could not be (no sections in this store: ``sessions_skipped``, which the page's
     last "papers to visit" count still held); else the queue ran out."""
     if traj.get("stopped_by"):
