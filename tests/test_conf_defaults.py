@@ -18,8 +18,17 @@ def test_every_dense_search_preset_shares_the_one_embedding_pool(search):
 @pytest.mark.parametrize("group,kind", [("search", "online"), ("search", "semantic_scholar"),
                                         ("search", "arxiv_api"), ("expand", "ar5iv"), ("expand", "semantic_scholar")])
 def test_a_live_backends_cache_follows_the_http_cache_rule(group, kind):
-    cfg = compose("pasa_search", [f"{group}={kind}", "paths.cache_dir=/cache"])
-    assert cfg[group][kind].http.cache_path == f"{cfg.paths.http_cache_dir}/{kind}.sqlite" == f"/cache/http/{kind}.sqlite"
+    """The preset's cache and Resources' default for the kind named by override (``search.kind=arxiv_api``, an eval
+    row: no preset sets it) are the same file."""
+    from scholar_agents.pasa.resources import _default_cache, pasa_setup
+
+    preset = compose("pasa_search", [f"{group}={kind}", "paths.cache_dir=/cache"])[group][kind].http.cache_path
+    setup = pasa_setup(compose("pasa_search", [f"{group}.kind={kind}", "paths.cache_dir=/cache"]))
+    overridden = setup.search if group == "search" else setup.expand
+    assert getattr(overridden, kind).http.cache_path is None
+    defaulted = _default_cache(overridden, kind, setup.http_cache_dir)
+    assert getattr(defaulted, kind).http.cache_path == preset == f"/cache/http/{kind}.sqlite"
+    assert getattr(overridden, kind).http.cache_path is None  # a copy: the shared config is not changed
 
 
 @pytest.mark.parametrize("data_gen,sft", [("data_gen_selector_pairs", "train_selector_sft"),
