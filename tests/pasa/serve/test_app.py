@@ -6,6 +6,7 @@ the token."""
 import json
 import logging
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -473,7 +474,7 @@ def test_the_tree_of_a_crawl_with_expansion_gold_errors_and_its_budget(toy):
     """query -> [Search] q -> papers -> [Expand] section -> papers, from a real CrawlEnv trajectory on the toy store
     (gold B and C), a grammar error on the session it happened in, and the budget that stopped the crawl."""
     from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
-    from scholar_agents.pasa.serve.tree import build_tree, tree_stats
+    from scholar_agents.pasa.serve.tree import build_tree
 
     store, search = toy
     env = CrawlEnv(store, search, CrawlConfig(search_k=1, max_sessions=2))
@@ -497,7 +498,20 @@ def test_the_tree_of_a_crawl_with_expansion_gold_errors_and_its_budget(toy):
     assert a["grammar_errors"] and "grammar_errors" not in tree  # the expand session's error sits on A
     assert tree["stopped_by"] == "max_sessions" and tree["gold_found"] == 2 and tree["gold_missed"] == []
     assert tree["end"].startswith("stopped by max_sessions")
-    assert tree_stats(tree) == {"query": 1, "search": 1, "paper": 3, "expand": 2, "gold": 2}
+    assert _node_counts(tree) == {"query": 1, "search": 1, "paper": 3, "expand": 2, "gold": 2}
+
+
+def _node_counts(node: dict) -> dict[str, int]:
+    """Nodes per kind over a tree, and its gold paper nodes."""
+    counts = Counter(n["kind"] for n in _walk(node))
+    counts["gold"] = sum(bool(n.get("gold")) for n in _walk(node))
+    return dict(counts)
+
+
+def _walk(node: dict):
+    yield node
+    for child in node.get("children") or []:
+        yield from _walk(child)
 
 
 def test_the_end_line_agrees_with_the_counters_when_queued_papers_have_no_sections(toy):
