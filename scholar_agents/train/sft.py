@@ -4,7 +4,7 @@ answer only. ``train selector_sft`` and ``train crawler_sft`` are thin entries o
 Data: JSONL, one example a line, either ``{"messages": [...]}`` (PaSa's released SFT format, what
 ``data_gen selector_pairs`` / ``crawler_sessions`` write) or ``{"prompt": [...], "completion": [...]}``.
 
-Loss masking (``loss_on``), the switch the issue asks to make robust:
+Loss masking (``loss_on``), which must hold for any chat template:
 - ``completion`` (default): each chat is split into prompt = every message before the last assistant turn and
   completion = that turn. TRL tokenizes prompt (with the generation prompt) and prompt + completion and masks the
   common prefix, so prompt tokens get label -100 with ANY chat template. SmolLM2's and Qwen2.5's templates carry no
