@@ -16,6 +16,7 @@ from scholar_agents.plan.commands import inputs_from_config, startup_check
 from scholar_agents.plan.memory_plan import GIB, build_plan, zero_model_states
 from scholar_agents.plan.model_sizes import model_shape
 from scholar_agents.train.plan_runs import ppo_run, sft_run
+from tests.fixtures.script_loader import load_script
 
 QWEN = "Qwen/Qwen2.5-7B-Instruct"
 ZERO2 = "ppo.deepspeed=${sa_pkg:}/conf/deepspeed/zero2.json"
@@ -372,8 +373,6 @@ def test_the_planner_reads_typed_configs_and_imports_nothing_above_its_floor():
     """plan/ gets the run's config typed by the training floor's dataclasses (train/plan_runs.py); it needs nothing
     of train/ itself, so none of its imports climbs a floor (the estimator names and crawl budgets it reads are in
     pasa/crawl_budget.py)."""
-    from tests.fixtures.script_loader import load_script
-
     graph = load_script("import_graph")
     climbs = [f"{a}:{line} -> {b}" for a, b, line, _ in graph.upward(graph.edges()) if graph.part_of(a) == "plan"]
     assert climbs == []
