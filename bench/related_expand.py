@@ -28,7 +28,7 @@ from scholar_agents.eval.pasa_rows import RowSpec
 from scholar_agents.hydra_app import compose
 from scholar_agents.pasa.crawler import crawl
 from scholar_agents.pasa.queries import load_queries
-from scholar_agents.pasa.resources import Resources
+from scholar_agents.pasa.resources import Resources, pasa_setup
 
 
 def run_mode(res: Resources, queries, related: bool, search_name: str) -> tuple[dict, list]:
@@ -59,7 +59,7 @@ def main() -> int:
     args = ap.parse_args()
     cfg = compose("pasa_search", [f"search={args.search}", "queries.path=${paths.sample_dir}/autoscholarquery_dev.jsonl",
                                   "queries.offset=70", f"queries.limit={args.queries}", "llm.cache_path=null"])
-    res = Resources(cfg)
+    res = Resources(pasa_setup(cfg))
     queries = load_queries(cfg.queries)
     name = res.resolved_search_kind()
     rows, trajs = [], {}

@@ -165,7 +165,7 @@ def _plot_recall(search: dict[str, dict[str, Any]], ks: list[int], path: Path) -
 
 
 def _selector_section(out: Path) -> list[str]:
-    """The base and the tuned Selector on the held-out pairs, beside the zero-shot baselines (issue 17 item 3)."""
+    """The base and the tuned Selector on the held-out pairs, beside the zero-shot baselines."""
     from scholar_agents.eval.selector import scorer_table
 
     names = ("eval_selector_base", "eval_selector_tuned", "eval_selector_embedding")
@@ -216,7 +216,7 @@ def _ppo_note(out: Path) -> str:
                 "(BM25 and hybrid search), with the embedded Selector's reward (which accepts every paper, so Eq. 2 "
                 "pays for any paper and PPO learns to search more) and without it (docs/ppo.md, \"Real data, long "
                 "enough to tell\"). The critic-free estimators (ppo.estimator=grpo|rloo, whole crawls with a group "
-                "baseline; issue 36) are proven on the known-answer tasks; on real queries all four estimators "
+                "baseline) are proven on the known-answer tasks; on real queries all four estimators "
                 "(grpo, rloo, paper_mc, gae) ran 30 steps at an equal rollout budget and none added held-out recall "
                 "(three left every held-out query's recall unchanged, gae lost one gold paper; docs/ppo.md, \"Real "
                 "queries: the four estimators\"), and the best of them (rloo) trained 100 steps on every request form "
@@ -233,8 +233,8 @@ def _ppo_note(out: Path) -> str:
 
 
 def _shipped_crawler_section(asset_dir: Path | None = None) -> list[str]:
-    """The shipped default Crawler against the search it wraps on held-out dev queries, in every request form
-    (issue 29 item 4): the tables `scripts/crawler_phrasings.sh` wrote beside the adapter (the shared corpus is
+    """The shipped default Crawler against the search it wraps on held-out dev queries, in every request form:
+    the tables `scripts/crawler_phrasings.sh` wrote beside the adapter (the shared corpus is
     not bundled, so the demo quotes them rather than re-running them)."""
     path = (asset_dir or Path(__file__).resolve().parent / "assets" / "crawler_adapter") / "evaluation.md"
     if not path.is_file():

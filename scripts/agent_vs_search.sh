@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 17's Show: the embedded default Crawler (or CRAWLER_MODEL / ADAPTER) against the search it wraps, on
-# AutoScholarQuery dev queries it was never trained on (the shared corpus: 97k arXiv CS papers + the dev gold
-# papers), in both settings, with bootstrap 95 % intervals and the equal-budget comparison:
+# Does the agent beat the search it wraps? The embedded default Crawler (or CRAWLER_MODEL / ADAPTER) against the search
+# it wraps, on AutoScholarQuery dev queries it was never trained on (the shared corpus: 97k arXiv CS papers + the dev
+# gold papers), in both settings, with bootstrap 95 % intervals and the equal-budget comparison:
 #
 #   nice -n 10 bash scripts/agent_vs_search.sh > outputs/agent_vs_search/run.log 2>&1
 #

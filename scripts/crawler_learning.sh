@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# PaSa Crawler on AutoScholarQuery dev, closed corpus = the shared corpus + the dev gold papers (issue 5's Show):
+# PaSa Crawler on AutoScholarQuery dev, closed corpus = the shared corpus + the dev gold papers (does crawler SFT
+# make the agent find more gold papers?):
 #
 #   nice -n 10 bash scripts/crawler_learning.sh > outputs/crawler_learning/run.log 2>&1
 #
 # 1. `data_gen crawler_sessions` on the first $SESSION_QUERIES dev queries: TEACHER=verified (default, the CPU
-#    preset's: queries verified against the gold papers with BM25, no LLM; issue 17) or TEACHER=llm (SmolLM2 as the
+#    preset's: queries verified against the gold papers with BM25, no LLM) or TEACHER=llm (SmolLM2 as the
 #    Table 7 teacher, vLLM);
 # 2. `train crawler_sft` on them, 15 % of the user queries held out for the loss (split + train_qids.txt);
 # 3. `eval pasa` on dev queries NOT used by crawler SFT: search-only (BM25, dense MiniLM, hybrid RRF) on the first
@@ -13,7 +14,7 @@
 # skips finished queries (resume_dir). Needs ../shared/data. The Selector of the agent rows: $SELECTOR_MODEL
 # (default: the fine-tuned one from scripts/selector_learning.sh when present, else the embedded SmolLM2).
 #
-# SETTING (issue 17): date_filtered = PaSa §5.1 (search before the query date); whole_corpus = search over the whole
+# SETTING: date_filtered = PaSa §5.1 (search before the query date); whole_corpus = search over the whole
 # corpus, expansion still date-filtered; both (default) = every row in both settings, side by side
 # (<row>@whole_corpus), each with the number of papers its queries searched over. The imitation data (step 1) is
 # date-filtered (crawler.env.search_date_filter=true, PaSa §5.1) in every setting.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 29 items 3-4: the default Crawler (SmolLM2 + the shipped adapter, grammar-constrained) against the search it
+# Phrasing robustness: the default Crawler (SmolLM2 + the shipped adapter, grammar-constrained) against the search it
 # wraps, on the AutoScholarQuery dev queries the adapter never saw (scholar_agents/assets/crawler_adapter/
 # heldout_qids.txt: 100 of the 1,000), in their original phrasing and rewritten into researchers' request forms
 # (data_gen/request_forms.py), over the shared corpus (needs ../shared), in both settings:

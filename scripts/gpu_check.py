@@ -1,4 +1,4 @@
-"""The one-GPU check (issue 28): real training commands under ``torchrun --nproc_per_node 1``, measured per phase
+"""The one-GPU check: real training commands under ``torchrun --nproc_per_node 1``, measured per phase
 beside ``scholar plan``'s estimate for the same overrides. Run it through ``scripts/gpu_check.sh OUT_DIR`` (which
 puts the packed dependencies first on the path); ``python scripts/gpu_check.py OUT_DIR --plan-only`` prints the
 plans without running anything (how the GPU sizes below were chosen, on a machine without a GPU).
@@ -18,7 +18,7 @@ travels with the repo; the image has no Qwen or SmolLM2 tokenizer). The GPU shap
 tokenizer's 1,024 decode to nothing; PPO trains on the generated ids, and a random policy writes no valid action,
 so every session is one response of ``max_new_tokens`` tokens: fixed lengths, which is what a memory check wants.
 
-Budget (issue 38): the check fits one device command (at most 600 s) by construction. Every run has a planned time,
+Budget: the check fits one device command (at most 600 s) by construction. Every run has a planned time,
 an upper estimate of its whole ``torchrun`` (``PLAN_S``, one table per profile); the budget (``--budget-s`` or
 ``GPU_CHECK_BUDGET_S``, default 480 s) counts from the moment ``gpu_check.sh`` started, its unpacking included. A
 run starts only if its plan fits what is left of the budget (``skip_reason``), and its plan is its timeout, so the
@@ -55,6 +55,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from scholar_agents.pasa.crawl_budget import CRITIC_FREE  # the estimators that build no value model
 
 REPO = Path(__file__).resolve().parents[1]
 TOKENIZER_DIR = REPO / "tests" / "assets" / "tiny_tokenizer"
@@ -100,7 +102,6 @@ PLAN_S = {
     "cpu": {"slurm_probe": 60, "torchrun_flags": 30, "ppo_2L": 150, "ppo_2L_grpo": 150, "ppo_2L_rloo": 150,
             "sft_full_2L": 120, "sft_lora_2L": 120, "colocated_vllm": 120, "selector_server": 200},
 }
-CRITIC_FREE = ("grpo", "rloo")
 PHASES = ("rollout", "score", "update")
 PPO_EPOCHS = 2  # PaSa Table 9
 

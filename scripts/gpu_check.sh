@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one-GPU check (issues 28, 38; docs/cluster.md "One-H100 check"):
+# The one-GPU check (docs/cluster.md "One-H100 check"):
 #   bash scripts/gpu_check.sh OUT_DIR [--budget-s S] [--only RUN,...] [--plan-only]   # or: make gpu-check; --help
 # Runs the Slurm probe, train crawler_ppo and train selector_sft (full, LoRA) under torchrun --nproc_per_node 1, and
 # the colocated-vLLM run where vllm imports, and writes OUT_DIR/gpu_check.json + gpu_check.md: per size and phase,

@@ -1,4 +1,4 @@
-"""The estimator comparison's table and curves (issue 36 item 5; scripts/ppo_estimators.sh runs the runs):
+"""The estimator comparison's table and curves (scripts/ppo_estimators.sh runs the runs):
 
     python scripts/ppo_estimator_table.py OUT [--estimators grpo rloo paper_mc gae]
 

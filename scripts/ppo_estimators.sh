@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 36 item 5: the four estimators from the shipped Crawler on real queries, at an equal rollout budget, one
-# table (docs/ppo.md "Choosing an estimator", real data):
+# The estimator comparison: the four estimators from the shipped Crawler on real queries, at an equal rollout budget,
+# one table (docs/ppo.md "Choosing an estimator", real data):
 #
 #   OUT=/work/runs/ppo_estimators bash scripts/ppo_estimators.sh      # resumable: re-run it after an interruption
 #

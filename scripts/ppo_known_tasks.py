@@ -1,4 +1,4 @@
-"""Seeds x settings of session-level PPO on the known-answer crawl tasks (issue 26): what the thresholds in
+"""Seeds x settings of session-level PPO on the known-answer crawl tasks: what the thresholds in
 tests/train/ppo/test_learning.py and the tables in docs/ppo.md were measured with. Each run is the learning tests' own
 `train crawler_ppo` through their harness (tests/fixtures/known_tasks.py: the tiny random Qwen2 after `train
 crawler_sft` on the task's uniform sessions); one JSON line per run (means of the first 2 and the last 3 steps, and

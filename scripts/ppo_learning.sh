@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session-level PPO for the PaSa Crawler on CPU (issue 6's Show), after scripts/crawler_learning.sh (the crawler
-# SFT policy) and scripts/selector_learning.sh (the fine-tuned Selector = the reward model of Eq. 2):
+# Session-level PPO for the PaSa Crawler on CPU (does PPO improve the SFT Crawler?), after scripts/crawler_learning.sh
+# (the crawler SFT policy) and scripts/selector_learning.sh (the fine-tuned Selector = the reward model of Eq. 2):
 #
 #   nice -n 10 bash scripts/ppo_learning.sh > outputs/ppo_learning/run.log 2>&1
 #
@@ -13,11 +13,11 @@
 # 3. (PARTS=heldout) the PPO policy exported and judged beside its start on all held-out queries, paired;
 # 4. bench/ppo.py's time split of the training run's steps.
 # CRAWLER=default: PPO from the embedded default Crawler (SmolLM2 + the shipped verified-teacher adapter, merged once
-# into a plain checkpoint in the model cache; issue 17): PPO trains on the adapter's own training queries and is
+# into a plain checkpoint in the model cache): PPO trains on the adapter's own training queries and is
 # judged on its heldout_qids.txt (below). Export
 # the result with `scholar train export export.source=$OUT/main` and evaluate it beside the SFT policy with
 # scripts/agent_vs_search.sh AGENT_ROWS="{name: agent_ppo, method: agent, crawler_model: <export dir>, ...}".
-# Issue 26 item 4 (real data, long enough to tell; docs/ppo.md): SETTING=whole_corpus searches all papers
+# Real data, long enough to tell (docs/ppo.md): SETTING=whole_corpus searches all papers
 # (crawler.env.search_date_filter=false; expansion stays date-filtered), SEARCH= the backend, SEARCH_K= papers per
 # [Search], QUERIES_PER_STEP= queries drawn per step from the pool, EVAL_EVERY= the held-out figure every N steps:
 #   CRAWLER=default SETTING=whole_corpus STEPS=32 TRAIN_QUERIES=240 QUERIES_PER_STEP=4 EVAL_QUERIES=40 EVAL_EVERY=10 \

@@ -1,4 +1,4 @@
-"""Learning curves of session-level PPO on the known-answer crawl tasks, each beside its ablation (issue 26 item 3):
+"""Learning curves of session-level PPO on the known-answer crawl tasks, each beside its ablation:
 one_hop; two_hops with γ1 = 0.5 beside γ1 = 0 (Eq. 3's cross-session bootstrap); cost with c = 0.1 beside c = 0
 (Eq. 1's action cost); selector with α = 3 beside α = 0.05 (Eq. 2, the Selector as reward). Every run is the
 learning tests' own `train crawler_ppo` (tests/train/ppo/test_learning.py's thresholds, through their harness and

@@ -1,4 +1,4 @@
-"""PPO runs that differ in Eq. 2's reward (e.g. the Selector), side by side (issue 37 item 5: does the reward still
+"""PPO runs that differ in Eq. 2's reward (e.g. the Selector), side by side (does the reward still
 pay for anything?): per run, from its ``metrics.jsonl`` / ``metrics.json`` — Selector-only hits and gold hits a
 session (step 1, and the mean of steps 3 to the end), papers added, the session return, actions a session, KL to
 π_sft at the end, seconds a step, held-out crawler recall start → end — as a markdown table, and a PNG of the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SciPIP "Show" (issue 8) on the literature DB built from ../shared/data with SmolLM2 (docs/scipip.md):
+# SciPIP "Show" on the literature DB built from ../shared/data with SmolLM2 (docs/scipip.md):
 # SKC retrieval in the four Fig. 6 modes for 5 ACL 2024 backgrounds, the dual-path idea pipeline for 3 of them,
 # and the LLM-judged table. Resumable pieces: the DB build and every LLM call are cached.
 #   OMP_NUM_THREADS=1 bash scripts/scipip_show.sh > outputs/scipip_demo/show.log 2>&1

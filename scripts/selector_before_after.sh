@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 37 "Show": three requests through `scholar pasa search` on the bundled corpus, the top 10 with the base
-# SmolLM2 Selector (before: selector=cpu at PaSa's 0.5) and with the CPU default, the embedding Selector (after).
-# The crawl is the same (the LLM response cache), so only the Selector differs.
+# What the CPU default Selector changes for a reader: three requests through `scholar pasa search` on the bundled
+# corpus, the top 10 with the base SmolLM2 Selector (before: selector=cpu at PaSa's 0.5) and with the CPU default, the
+# embedding Selector (after). The crawl is the same (the LLM response cache), so only the Selector differs.
 # SEARCH=dense: the crawl searches with dense search instead, before = the CPU default (the embedding Selector),
 # after = selector=provenance, which judges dense hits with the lexical Selector (docs/selector.md).
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 37 item 1: the embedding Selector (scholar_agents/pasa/embedding_selector.py) against zero-shot MiniLM cosine
+# The embedding Selector (scholar_agents/pasa/embedding_selector.py) against zero-shot MiniLM cosine
 # and BM25 on held-out queries, negatives mined by BM25, by dense search and by hybrid search (the CPU default
 # `search=auto`: what a crawl's queue holds), queries in the original AutoScholarQuery
 # phrasing and the five request forms (data_gen.request_forms); one table (docs/selector.md, "Embedding Selector").
@@ -24,7 +24,7 @@ FORMS=${FORMS:-"original imperative papers_that looking_for show_me multi_senten
 PAIRS_ARGS=${PAIRS_ARGS:-"--max-queries 1000 --pos-per-query 3 --neg-per-query 4 --negatives before \
 --test-fraction 0.3 --max-abstract-chars 600 --seed 0"}
 # dense search returns its hits whatever they share with the gold's dates and duplicates: at 20 hits 159 of 359
-# queries were short of 4 usable negatives (459 held-out pairs); at 50, 35 (564 pairs, >= 500: issue 37 item 1)
+# queries were short of 4 usable negatives (459 held-out pairs); at 50, 35 (564 pairs, >= 500)
 DENSE_K=${DENSE_K:-50}
 TRAIN_MINER=${TRAIN_MINER:-bm25}
 # the train pairs also asked in the five request forms (docs/selector.md: +0.004 to +0.006 held-out AUC in the forms,

@@ -52,7 +52,7 @@ def card(meta: dict, found: list[dict], source: str) -> str:
     dev = meta.get("dev", {})
     tr = meta.get("train", {})
     return "\n".join([
-        "# Embedding Selector (bundled; issue 37)",
+        "# Embedding Selector (bundled)",
         "",
         "P(relevant) = sigmoid(a · cos(W · e(query), e(title. abstract)) + b): the embedded all-MiniLM-L6-v2 vectors "
         "`e`, a linear query adapter `W` and a calibration (a, b). Loaded by `selector=embedding` "

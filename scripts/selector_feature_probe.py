@@ -1,4 +1,4 @@
-"""Issue 37 item 1: which pair features separate gold papers from each miner's negatives, and can one Selector built
+"""Which pair features separate gold papers from each miner's negatives, and can one Selector built
 from them clear both bars at once — above zero-shot MiniLM cosine on BM25-mined negatives AND above BM25 on
 dense-mined ones? Fitted on the TRAINING queries only (unlike scripts/selector_fusion_ceiling.py, which fits on
 held-out halves for an upper bound), scored on the held-out queries of each pair set.

@@ -1,4 +1,4 @@
-"""Issue 37 item 1: how far a calibrated fusion of the embedding Selector with BM25 could go on held-out pairs —
+"""How far a calibrated fusion of the embedding Selector with BM25 could go on held-out pairs —
 measured before building one, since on dense-mined negatives BM25 is the bar the Selector loses to.
 
 For each held-out pair set (``OUT/pairs_<miner>/pairs_test.jsonl`` of scripts/selector_embedding.sh) it scores the

@@ -1,4 +1,4 @@
-"""Issue 37: the Selectors on what a real crawl puts in front of them — every paper in the agent's queues of an
+"""The Selectors on what a real crawl puts in front of them — every paper in the agent's queues of an
 ``eval pasa`` run (``trajectories/agent.jsonl``), labelled by the query's gold list — rather than on a built pair set.
 Each run names the search backend its crawl used, so a paper is tagged as ``selector=provenance`` would see it
 (that backend for a [Search] hit, ``expand`` / ``seed`` otherwise, ``pasa.agent.queue_provenance``).

@@ -1,6 +1,6 @@
 """The provenance Selector's held-out table (scripts/selector_provenance.sh): one row per negatives miner and phrasing,
 from each ``scholar eval selector selector=provenance`` run's metrics.json, with each row's bar (zero-shot cosine
-on BM25-mined negatives, BM25 on dense-mined ones: issue 37 item 1); ``--ship DIR`` also writes the bundled lexical
+on BM25-mined negatives, BM25 on dense-mined ones); ``--ship DIR`` also writes the bundled lexical
 Selector and its card (its held-out rows: the lexical miner's, where the provenance Selector IS the lexical head).
 
     python scripts/selector_provenance_table.py OUT [--miners bm25 dense hybrid] [--forms original ...] [--ship DIR]
@@ -21,7 +21,7 @@ HEAD_FILES = ("lexical_head.safetensors", "terms.json")
 
 
 def verdict(r: dict) -> str:
-    """Against the row's bar (issue 37 item 1: cosine on BM25-mined negatives, BM25 on dense-mined ones; any other
+    """Against the row's bar (cosine on BM25-mined negatives, BM25 on dense-mined ones; any other
     miner: the stronger of the two): above / tie / below by the paired difference's 95 % interval."""
     bar = {"bm25": "cosine", "dense": "bm25"}.get(r["miner"])
     if bar is None:
@@ -49,7 +49,7 @@ def card(meta: dict, found: list[dict], lexical_miner: str) -> str:
     dev, tr, terms = meta.get("dev", {}), meta.get("train", {}), meta.get("terms", {})
     weights = ", ".join(f"{k} {v:+.2f}" for k, v in meta.get("weights", {}).items())
     return "\n".join([
-        "# Lexical Selector (bundled; issue 37)",
+        "# Lexical Selector (bundled)",
         "",
         "P(relevant) = a logistic regression over eight lexical features of a <query, paper> pair (BM25, IDF-weighted "
         "coverage and shared bigrams, each against title + abstract and against the title; the rarest shared term's "

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 37 item 3: is the agent's final list better ordered by the Selector, by the crawl, or by their fusion?
+# Is the agent's final list better ordered by the Selector, by the crawl, or by their fusion?
 # The embedding Selector scores the agent's crawl (SmolLM2 + the shipped Crawler adapter, date-filtered, BM25) on
 #   dev:      100 of the Crawler's training queries   -> the default ranking is chosen here (best mean nDCG@10)
 #   held-out: the Crawler's 100 held-out queries       -> reported, paired against the crawl order

@@ -234,7 +234,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--queries", type=Path, default=SAMPLE_QUERIES, help="the gold file")
     ap.add_argument("--selector", nargs="*", default=[], help="overrides of pasa_serve's selector (its default)")
     ap.add_argument("--target", type=float, default=0.6, help="the precision the mark is fitted for")
-    # the issue's alternative, off by default: on the bundled sample's crawls twice the base rate (~0.10) is below
+    # a rule tied to the base rate, off by default: on the bundled sample's crawls twice the base rate (~0.10) is below
     # the precision the F1 threshold already has, so the rule would mark MORE papers (docs/selector.md)
     ap.add_argument("--base-multiple", type=float, default=0.0,
                     help="target = min(--target, this x the fit crawls' base rate); 0 = --target alone")

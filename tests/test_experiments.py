@@ -140,7 +140,7 @@ def test_paper_values(cluster_env):
 
 
 def test_crawler_sessions_teacher_is_the_papers_llm_in_the_experiment_and_verified_on_cpu(cluster_env):
-    """Issue 17: the paper run's Crawler data keeps PaSa's Table 7 LLM teacher; the CPU preset verifies its queries."""
+    """The paper run's Crawler data keeps PaSa's Table 7 LLM teacher; the CPU preset verifies its queries."""
     paper = experiment_table.compose("data_gen_crawler_sessions", ["experiment=pasa_crawler_sessions"])
     assert (paper.data_gen.teacher, paper.data_gen.queries) == ("llm",
                                                                 "/cluster/pasa-dataset/AutoScholarQuery/train.jsonl")

@@ -1,6 +1,6 @@
 """Start-up imports: what every command loads (``config_schemas``, via Hydra's ConfigStore) must not pull in FAISS.
 
-The lent H100 image has no faiss wheel (issue 28): a command that never searches densely must start without it, and
+The lent H100 image has no faiss wheel: a command that never searches densely must start without it, and
 every command pays FAISS's import time otherwise."""
 
 import subprocess

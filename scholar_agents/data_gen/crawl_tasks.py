@@ -1,4 +1,4 @@
-"""Known-answer crawl tasks for session-level PPO (issue 26): a generated corpus and queries whose optimal Crawler
+"""Known-answer crawl tasks for session-level PPO: a generated corpus and queries whose optimal Crawler
 behaviour is known, so that a learning test fails when the PPO math is wrong — what CleanRL's and SB3's CartPole
 thresholds and TRL's reward-goes-up tests do for their algorithms.
 

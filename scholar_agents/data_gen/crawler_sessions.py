@@ -88,10 +88,10 @@ class CrawlerSessionsConfig:
     hindsight: bool = True
     hindsight_min_support: float = 0.5
     hindsight_phrases_per_title: int = 5
-    # ours (issue 29): the question's content without its request head ("propose X") as the first candidate
+    # ours: the question's content without its request head ("propose X") as the first candidate
     # (verified_teacher.py `topic`): the searches then read the same whatever form the user asks in
     topic_candidate: bool = False
-    # ours (issue 29): each verified search session also asked in these request forms (data_gen/request_forms.py:
+    # ours: each verified search session also asked in these request forms (data_gen/request_forms.py:
     # imperative, papers_that, looking_for, show_me, multi_sentence) with the same gold and the same verified
     # searches; `request_forms_per_query`: that many of them per query, drawn with the seed (null = all). Listing
     # `original` makes the question's own phrasing one of the forms drawn (else it is always kept): with

@@ -32,7 +32,7 @@ def open_corpus(cfg: DictConfig) -> tuple[PaperStore, SearchBackend]:
     pcfg = to_papers_config(_resolved(cfg.papers))
     scfg = to_search_config(_resolved(cfg.search))
     store = open_store(cfg)
-    if scfg.kind == "auto":  # the backend the Crawler will search with (issue 17): hybrid or bm25
+    if scfg.kind == "auto":  # the backend the Crawler will search with: hybrid or bm25
         from dataclasses import replace
 
         from scholar_agents.papers.index import resolve_kind

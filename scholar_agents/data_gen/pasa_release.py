@@ -22,7 +22,7 @@ from pathlib import Path
 
 from scholar_agents.data_gen.llm_json import parse_llm_json
 from scholar_agents.pasa.actions import EXPAND, SEARCH, render_response
-from scholar_agents.pasa.prompts import crawler_expand_messages, crawler_search_messages, selector_messages
+from scholar_agents.pasa.prompts import crawler_expand_messages, crawler_search_messages
 from scholar_agents.pasa.queries import ScholarQuery, load_pasa_queries  # noqa: F401  (re-exported)
 from scholar_agents.pasa.selector import parse_judgement
 from scholar_agents.validation import jsonl_records
@@ -65,11 +65,6 @@ class SelectorExample:
     decision: bool
     rationale: str
     messages: list[dict[str, str]]
-
-    def prompt_matches_ours(self) -> bool:
-        """Whether the released prompt is byte-identical to ``pasa.prompts.selector_messages``."""
-        ours = selector_messages(self.user_query, self.title, self.abstract)[0]["content"]
-        return ours == self.messages[0]["content"]
 
 
 def load_sft_selector(path: str | Path, limit: int | None = None) -> Iterator[SelectorExample]:

@@ -181,13 +181,6 @@ def published_time(date: str) -> str:
     return f"{y:04d}{mo:02d}{d:02d}"
 
 
-def iso_from_published_time(t: str) -> str:
-    """``20230228`` → ``2023-02-28`` (the search backends' before-date format)."""
-    if not re.fullmatch(r"\d{8}", t or ""):
-        raise ValueError(f"published_time must be YYYYMMDD, got {t!r}")
-    return f"{t[:4]}-{t[4:6]}-{t[6:]}"
-
-
 # ---- PaSa paper-database format (sections list cited titles, no prose) ----
 
 

@@ -1,4 +1,4 @@
-"""Request forms: an AutoScholarQuery question rewritten the ways researchers ask (issue 29).
+"""Request forms: an AutoScholarQuery question rewritten the ways researchers ask.
 
 AutoScholarQuery questions are LLM-written from Related Work sections and read alike ("Which works ...?", "Could
 you mention some papers that ...?"); users write "Give me papers which ...", "I am looking for ...", "Show me

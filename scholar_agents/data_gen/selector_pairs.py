@@ -67,8 +67,8 @@ class SelectorPairsConfig:
     require_abstract: bool = True  # a title-only paper gives the Selector nothing to judge (counted when skipped)
     # Negatives: the simulated crawl
     negatives: bool = True
-    # Whose searches the simulated crawl runs: "llm" = the teacher's Table 7 queries (the paper); "verified" = ours
-    # (issue 17): the verified Crawler teacher's queries (data_gen/verified_teacher.py, CrawlerSessionsConfig's
+    # Whose searches the simulated crawl runs: "llm" = the teacher's Table 7 queries (the paper); "verified" = ours:
+    # the verified Crawler teacher's queries (data_gen/verified_teacher.py, CrawlerSessionsConfig's
     # defaults, <= 3 searches of `search_k` hits chosen with the gold papers), so the negatives are the non-gold
     # papers of the same searches that found the gold ones (hard negatives), and no LLM call writes queries.
     crawl_queries: str = "llm"

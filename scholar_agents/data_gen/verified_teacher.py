@@ -1,12 +1,13 @@
-"""The verified Crawler teacher (``data_gen crawler_sessions data_gen.teacher=verified``; ours, issue 17): search
+"""The verified Crawler teacher (``data_gen crawler_sessions data_gen.teacher=verified``; ours): search
 queries for a training user query that are *checked* against its gold papers with the crawl environment's own
 search, instead of written blind by an LLM (PaSa Table 7, ``teacher=llm``).
 
 Candidates, in this order (the order breaks ties):
 
-0. ``topic`` (``topic_candidate``, ours for issue 29; off = the issue-17 teacher): the question's content without
-   its request head ("Which papers propose X?" -> "propose X", ``request_forms.topic``). First, so a tie with the
-   question itself keeps the topic: the one search that every request form of the question contains verbatim;
+0. ``topic`` (``topic_candidate``, ours, for questions asked as requests; off = the first verified teacher): the
+   question's content without its request head ("Which papers propose X?" -> "propose X",
+   ``request_forms.topic``). First, so a tie with the question itself keeps the topic:
+   the one search that every request form of the question contains verbatim;
 1. ``user_query``: the user query itself;
 2. ``key_phrase``: YAKE key phrases of the user query (``yake``, up to ``key_phrases``, n-grams up to
    ``key_phrase_ngram`` words; YAKE's English stopwords plus the question boilerplate of AutoScholarQuery such as

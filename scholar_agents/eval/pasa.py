@@ -237,7 +237,7 @@ def pasa(cfg: DictConfig) -> dict:
     """The ``eval pasa`` task."""
     from scholar_agents.runtime.run_dir import run_dir
     from scholar_agents.pasa.queries import load_queries
-    from scholar_agents.pasa.resources import Resources
+    from scholar_agents.pasa.resources import Resources, pasa_setup
     from scholar_agents.eval.pasa_plots import metrics_bars, recall_vs_actions
 
     from scholar_agents.eval.pasa_metrics import RECALL_KS
@@ -266,13 +266,13 @@ def pasa(cfg: DictConfig) -> dict:
     settings = settings_of(cfg.get("setting"), bool(cfg.crawler.env.get("search_date_filter", True)))
     specs = row_specs(cfg.rows, settings, cfg.get("phrasings"))
     boot = typed(BootstrapConfig, cfg.get("bootstrap"), "bootstrap")  # before any model is loaded
-    res = Resources(cfg)
+    res = Resources(pasa_setup(cfg))
     in_store = gold_in_store(queries, res.store)
     count_candidates = CandidateCounter(res.store, bool(cfg.search.get("keep_undated", True)))
     t_start = time.time()
 
     def run_chunk(spec: RowSpec, chunk: list[ScholarQuery]) -> tuple[list[dict], Any]:
-        if spec.phrasing:  # the same queries (qid, date, gold) asked in a request form (issue 29)
+        if spec.phrasing:  # the same queries (qid, date, gold) asked in a request form
             from scholar_agents.data_gen.request_forms import rewrite_query
 
             chunk = [rewrite_query(q, spec.phrasing) for q in chunk]

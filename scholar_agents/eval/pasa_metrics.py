@@ -97,7 +97,7 @@ def ndcg_at_k(gold: Iterable[str], ranking: Sequence[str], k: int) -> float:
     return dcg / ideal
 
 
-RANK_K = 10  # what a user reads first (issue 37 item 3: recall@10 and nDCG@10 of the final list)
+RANK_K = 10  # what a user reads first (recall@10 and nDCG@10 of the final list)
 
 
 def top_metrics(gold: Sequence[str], ranking: Sequence[str], k: int = RANK_K) -> dict[str, float]:

@@ -76,8 +76,9 @@ def comparisons_table(comps: Sequence[dict], labels: dict[str, str]) -> str:
 
 
 def phrasing_table(summary: dict[str, dict], comps: Sequence[dict], labels: dict[str, str]) -> str:
-    """Issue 29's phrasing robustness: per request form, each crawling row beside the search-only row on the same
-    rewritten queries (paired as in :func:`comparisons`). Empty unless rows ran in more than one phrasing."""
+    """Phrasing robustness (does the agent find the gold papers when the question is asked another way?): per
+    request form, each crawling row beside the search-only row on the same rewritten queries (paired as in
+    :func:`comparisons`). Empty unless rows ran in more than one phrasing."""
     if len({phrasing_of(n) for n in summary}) < 2 or not comps:
         return ""
     k = comps[0]["k"]
@@ -126,7 +127,7 @@ def markdown_table(summary: dict[str, dict], labels: dict[str, str]) -> str:
     with_cands = any(s.get("candidates_searched_mean") is not None for s in summary.values())
     if with_cands:
         cols.insert(-1, "Candidates searched (mean / median)")
-    # issue 29: the Crawler's own valid first [Search] (rate) and the queries crawler.env.fallback_search searched
+    # the Crawler's own valid first [Search] (rate) and the queries crawler.env.fallback_search searched
     with_fallback = any(s.get("valid_search") is not None for s in summary.values())
     if with_fallback:
         cols[-1:-1] = ["Valid search", "Fallback (queries, rate)"]

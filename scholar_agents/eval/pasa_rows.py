@@ -194,7 +194,7 @@ def search_rows(rankings: Sequence[Sequence[str]], queries: Sequence[ScholarQuer
 
 def orderings_metrics(gold: Sequence[str], result) -> dict[str, float]:
     """recall@10 and nDCG@10 of the agent's papers in each order of ``pasa/ranking.py`` (``<ranking>_recall_at_10``,
-    ``<ranking>_ndcg_at_10``): the same crawl and the same scores, ordered three ways (issue 37 item 3). Empty
+    ``<ranking>_ndcg_at_10``): the same crawl and the same scores, ordered three ways. Empty
     without Selector scores or gold."""
     from scholar_agents.eval.pasa_metrics import gold_count, top_metrics
     from scholar_agents.pasa.ranking import RANKINGS, order
@@ -229,7 +229,7 @@ def agent_rows(results, queries: Sequence[ScholarQuery], in_store: dict[str, int
         d["grammar_errors"] = r.to_dict()["grammar_errors"]
         d["action_statuses"] = r.to_dict()["action_statuses"]
         d["stopped_by"] = [t.stopped_by for t in trajs]
-        # issue 29: did the Crawler's own first action search (share of ensemble runs), and how often did
+        # did the Crawler's own first action search (share of ensemble runs), and how often did
         # crawler.env.fallback_search search the query for it (per run: 0 or 1)
         valid = [t.first_search_valid for t in trajs if t.first_search_valid is not None]
         d["valid_search"] = sum(valid) / len(valid) if valid else None

@@ -113,7 +113,7 @@ def crawler_pairs(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = B
 
 def ranking_pairs(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = BootstrapConfig()) -> list[dict]:
     """For each agent row with Selector scores: the Selector's order and the fusion against the crawl's own order,
-    recall@10 and nDCG@10 of the final list, paired over the row's queries (issue 37 item 3)."""
+    recall@10 and nDCG@10 of the final list, paired over the row's queries."""
     from scholar_agents.eval.pasa_metrics import RANK_K
 
     out = []

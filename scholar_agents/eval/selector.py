@@ -88,11 +88,6 @@ def load_labelled_pairs(path: str | Path, fmt: str = "auto", limit: Optional[int
     return pairs
 
 
-def load_pasa_selector_test(path: str | Path) -> list[SelectorPair]:
-    """PaSa's released ``sft_selector/test.jsonl`` (App. C: 200 human-annotated pairs, 98 positive)."""
-    return load_labelled_pairs(path, fmt="messages")
-
-
 def best_threshold(labels: np.ndarray, scores: np.ndarray) -> tuple[float, float]:
     """The threshold maximising F1 on this set (a diagnostic of ranking quality, not a tuned operating point)."""
     best = (0.5, -1.0)

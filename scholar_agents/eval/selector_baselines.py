@@ -1,4 +1,4 @@
-"""Zero-shot baselines of ``eval selector`` (issue 17 item 3): scores of a <query, paper> pair that need no training,
+"""Zero-shot baselines of ``eval selector``: scores of a <query, paper> pair that need no training,
 the bar a fine-tuned Selector must clear on AUC.
 
 - ``minilm_cosine``: cosine of the configured embedder's vectors (default the embedded MiniLM) of the query and of

@@ -19,7 +19,7 @@ class LLMConfig:
     # merged once into a cached checkpoint (${cache}/models/merged/...); openai: refused (the server holds the
     # weights). null = the model as is.
     adapter: Optional[str] = None
-    # pretrained (the weights in `model`) | random (ours, issue 28: seeded random weights from `model`'s config.json,
+    # pretrained (the weights in `model`) | random (ours: seeded random weights from `model`'s config.json,
     # hf backend only — memory/speed checks without a checkpoint; PPO sets it from ppo.policy_init)
     init: str = "pretrained"
     dtype: str = "auto"  # auto (bf16 where the CPU/GPU supports it, else fp32) | bfloat16 | float16 | float32
@@ -64,7 +64,7 @@ class LLMConfig:
     timeout_s: float = 120.0
     max_retries: int = 5
     retry_backoff_s: float = 1.0
-    # Repetition control of every generate call (issue 29: the embedded SmolLM2 repeats one sentence until the token
+    # Repetition control of every generate call (the embedded SmolLM2 repeats one sentence until the token
     # limit), each backend's own switch; a request may override it (SamplingParams; the Crawler turns it off: its
     # [Search] copies the query). Neutral values = off; a switch the backend lacks is refused (llm/base.py):
     #   repetition_penalty  hf: transformers' RepetitionPenaltyLogitsProcessor over the generated tokens only

@@ -3,7 +3,7 @@
 
 ``random`` builds ``AutoModel*.from_config(AutoConfig.from_pretrained(dir))`` in the training dtype, seeded, so a
 7B-shaped model with fewer layers trains (memory and speed checks, ``scripts/gpu_check.sh``) without a multi-GB
-random checkpoint written first (issue 28). The directory needs a ``config.json`` and, for the commands that read
+random checkpoint written first. The directory needs a ``config.json`` and, for the commands that read
 text, a tokenizer; its ``vocab_size`` may exceed the tokenizer's (ids the tokenizer lacks decode to nothing).
 Under ZeRO-3 (an ``HfDeepSpeedConfig`` alive) transformers' ``_from_config`` builds the model partitioned
 (``deepspeed.zero.Init``), as ``from_pretrained`` does.

@@ -48,7 +48,7 @@ class SearchConfig:
 
     # bm25 | dense | hybrid (RRF of bm25 + dense) | online (Google via Serper, mapped onto the store) |
     # arxiv_api | semantic_scholar (live services; found papers are added to the store: papers/live/) |
-    # auto (ours, issue 17: hybrid when the store has a dense index or is small enough to encode one, else bm25;
+    # auto (ours: hybrid when the store has a dense index or is small enough to encode one, else bm25;
     # resolve_kind)
     kind: str = "hybrid"
     # search=auto builds the dense index itself for a store of at most this many papers (the bundled sample: 3.5k,
@@ -283,7 +283,7 @@ def has_dense_index(index_dir: str | Path | None) -> bool:
 
 def resolve_kind(cfg: SearchConfig | DictConfig | dict | None, n_papers: int,
                  index_dir: str | Path | None) -> tuple[str, str]:
-    """``search.kind`` with ``auto`` resolved (ours, issue 17: the Crawler searches with the backend its training
+    """``search.kind`` with ``auto`` resolved (ours: the Crawler searches with the backend its training
     data were verified on): hybrid when a dense index exists for the store or the store is small enough to encode
     one (``auto_dense_max_papers``), else BM25. Returns (kind, why)."""
     cfg = to_search_config(cfg)

@@ -54,7 +54,7 @@ class OnlineSearchConfig:
     title_match_min_score: float = 90.0
     max_concurrency: int = 4  # queries of one batch sent at once
     min_interval_s: float = 0.0  # between two requests that reach Serper (cache hits never wait)
-    # cache (the preset: ${paths.cache_dir}/http/online.sqlite), timeout, retries with backoff, Retry-After bound
+    # cache (the preset: ${paths.http_cache_dir}/online.sqlite), timeout, retries with backoff, Retry-After bound
     http: HttpConfig = field(default_factory=lambda: HttpConfig(timeout_s=20.0))
 
 

@@ -37,7 +37,7 @@ class AgentConfig:
     rationales: bool = False  # generate the Selector's rationale for the selected papers (slow: a generation each)
     rationale_limit: int = 20  # at most this many rationales per query (the top-ranked selected papers)
     # With an event hook (the live page): the Selector scores in micro-batches sized to take about this long, with
-    # an event between them, so a cancel waits at most about one of them (issue 39: <= 2 s). Without a hook, one call.
+    # an event between them, so a cancel waits at most about one of them (<= 2 s). Without a hook, one call.
     event_batch_s: float = 1.0
     # The order of the returned papers (pasa/ranking.py): selector (PaSa §4.3, the paper presets) | crawl | fusion
     # (reciprocal-rank fusion of both). "selected" is the Selector's decision in every order.

@@ -10,7 +10,7 @@ import logging
 from omegaconf import DictConfig
 
 from scholar_agents.pasa.queries import ScholarQuery, load_queries, seeded_query
-from scholar_agents.pasa.resources import Resources
+from scholar_agents.pasa.resources import Resources, pasa_setup
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +28,10 @@ def search(cfg: DictConfig) -> dict:
     from scholar_agents.pasa.kinds import check_kinds
 
     check_kinds(cfg)
+    setup = pasa_setup(cfg)  # typed once, before any query file is read or anything loads
     res = None
     if cfg.get("seed_paper"):
-        res = Resources(cfg)
+        res = Resources(setup)
         queries = [seeded_query(res.store, str(cfg.seed_paper), cfg.get("query"),
                                 parse_date(cfg.get("before"), "before", full=True))]
     elif cfg.get("query"):
@@ -44,13 +45,13 @@ def search(cfg: DictConfig) -> dict:
                              f"{cfg.queries.get('offset')}, limit {cfg.queries.get('limit')})")
     else:
         raise UsageError('give query="<your question>" (and optionally before=YYYY-MM-DD) or queries.path=<file>')
-    res = res or Resources(cfg)
+    res = res or Resources(setup)
     agent = res.agent()
     results = agent.run(queries)
     out = run_dir(cfg)
     setting = res.describe()
     tables = write_search_run(out, results, setting, top=cfg.top)
-    # what the agent ran with (issue 17: the search backend its Crawler's data were verified on, the adapter)
+    # what the agent ran with (the search backend its Crawler's data were verified on, the adapter)
     print(f"searched with: {setting['search']}\ncrawler: {setting['crawler']}\nselector: {setting['selector']}\n")
     payload = [r.to_dict() for r in results]
     print(tables)
@@ -66,12 +67,13 @@ def prepare(cfg: DictConfig) -> dict:
     """``scholar papers prepare <the overrides of train crawler_ppo>`` (root ``papers_prepare`` = that run's config):
     build the paper store and the search index the run reads, in one process, before its ranks start
     (slurm/crawler_ppo.sbatch's first step); the ranks then open them as a finished build (``papers.prebuilt``)."""
-    cfg.papers.prebuilt = False  # this process is the one that builds
-    res = Resources(cfg)
+    setup = pasa_setup(cfg)
+    setup.papers.prebuilt = False  # this process is the one that builds
+    res = Resources(setup)
     backend = res.search()
     report = {"store": res.build_info, "index_dir": res.index_dir, "index": getattr(backend, "build_info", {})}
     parts = [f"{k}: {v['status']}" for k, v in report["index"].items() if isinstance(v, dict) and "status" in v]
-    print(f"paper store {res.cfg.papers.store} ({len(res.store)} papers) [{res.build_info.get('status')}]; search "
+    print(f"paper store {setup.papers.store} ({len(res.store)} papers) [{res.build_info.get('status')}]; search "
           f"index {res.index_dir}: {', '.join(parts) or 'none'}; the ranks open them with papers.prebuilt=true")
     res.store.close()
     return report

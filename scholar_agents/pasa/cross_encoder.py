@@ -1,4 +1,4 @@
-"""A cross-encoder Selector (ours, issue 37): "query [SEP] title. abstract" through a small encoder with a 1-logit
+"""A cross-encoder Selector (ours): "query [SEP] title. abstract" through a small encoder with a 1-logit
 head, P(relevant) = sigmoid(logit). No LLM, no generation: it scores ~100x faster than the decision-token Selector
 on CPU and is trained with BCE on labelled pairs (``train selector_cross_encoder``, fine-tuned from the embedded
 all-MiniLM-L6-v2).
@@ -10,7 +10,7 @@ A model directory holds an HF ``BertForSequenceClassification`` (``model.safeten
 tokenizer, and ``selector_meta.json``: the decision threshold fitted on a dev split of the training queries, and
 that split's precision / recall.
 
-The memo, ``probs`` and ``judge`` (evidence sentences, no rationale: issue 37 item 4) are
+The memo, ``probs`` and ``judge`` (evidence sentences, no rationale) are
 :class:`~scholar_agents.pasa.pair_judge.PairJudge`'s, shared with the embedding Selector.
 """
 

@@ -1,4 +1,4 @@
-"""An embedding Selector (ours, issue 37): P(relevant) = sigmoid(a · cos(W·e(query), e(title. abstract)) + b) with
+"""An embedding Selector (ours): P(relevant) = sigmoid(a · cos(W·e(query), e(title. abstract)) + b) with
 the embedded MiniLM's vectors ``e``, a linear query adapter ``W`` (identity = the zero-shot cosine) and a calibration
 (a, b), all fitted by ``scholar train selector_embedding`` on labelled pairs. No LLM, no generation.
 

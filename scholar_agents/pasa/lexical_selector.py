@@ -1,4 +1,4 @@
-"""The lexical Selector (ours, issue 37): P(relevant) of a <query, paper> pair from the words they share, no
+"""The lexical Selector (ours): P(relevant) of a <query, paper> pair from the words they share, no
 embedder and no LLM — a logistic regression over eight features that ``scholar train selector_lexical`` fits on
 labelled pairs:
 

@@ -1,4 +1,4 @@
-"""What the Selectors that score a <query, paper> pair without generating text share (issue 37): the cross-encoder
+"""What the Selectors that score a <query, paper> pair without generating text share: the cross-encoder
 (``pasa.cross_encoder``) and the embedding Selector (``pasa.embedding_selector``) differ only in how a batch of
 (query, text) pairs becomes P(relevant), :meth:`PairJudge.pair_probabilities`. On top of it, once: the memo of
 scored pairs, the threshold read from the model's card, and ``judge``

@@ -1,4 +1,4 @@
-"""The provenance Selector (ours, issue 37; ``selector=provenance``): judge a paper by the evidence the retriever
+"""The provenance Selector (ours; ``selector=provenance``): judge a paper by the evidence the retriever
 that found it did NOT use. A crawl knows where each paper in its queue came from (``SelectorPair.found_by``: the
 search backend's name, ``expand``, ``seed``); the papers a dense search returned go to the lexical Selector
 (``pasa.lexical_selector``), every other paper to the embedding Selector (``pasa.embedding_selector``).

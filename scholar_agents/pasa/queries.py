@@ -37,7 +37,7 @@ class ScholarQuery:
     before: Optional[str] = None  # ISO date, exclusive: only papers published before it count
     gold_ids: list[str] = field(default_factory=list)  # answer_arxiv_id
     gold_titles: list[str] = field(default_factory=list)  # answer
-    # "More like this" (ours, issue 39 item 6): papers the crawl starts from beside its search session — each enters
+    # "More like this" (ours): papers the crawl starts from beside its search session — each enters
     # the queue at depth 1 and is expanded where the store has its sections (bytedance/pasa #8)
     seed_papers: list[str] = field(default_factory=list)
 

@@ -1,4 +1,4 @@
-"""How the agent orders the papers it returns (``agent.ranking``; issue 37 item 3).
+"""How the agent orders the papers it returns (``agent.ranking``).
 
 - ``selector``: by the Selector's score, ties in crawl order (PaSa §4.3: P("True") ranks the results);
 - ``crawl``: the crawl's own order (the merged paper queue: the Crawler's searches in the order it wrote them, each

@@ -5,18 +5,28 @@ per model, on the GPUs planned for them), the Selector, the crawl environment an
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import logging
 import os
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
-from scholar_agents.typed_config import typed
+from scholar_agents.llm.config import EmbedderConfig, LLMConfig
+from scholar_agents.papers.corpus import PapersConfig, to_papers_config
+from scholar_agents.papers.index import SearchConfig, to_search_config
+from scholar_agents.papers.live.fulltext import ExpandConfig, to_expand_config
+from scholar_agents.pasa.agent import AgentConfig
+from scholar_agents.pasa.crawl_env import CrawlConfig
+from scholar_agents.pasa.crawler import CrawlerConfig
+from scholar_agents.pasa.selector import SelectorConfig
 from scholar_agents.pasa.selector_factory import describe_selector
+from scholar_agents.typed_config import typed
+
+T = TypeVar("T")
 
 
 log = logging.getLogger(__name__)
@@ -98,33 +108,72 @@ def prebuilt_corpus(pcfg) -> bool:
     return False
 
 
+@dataclass
+class PasaSetup:
+    """The config groups :class:`Resources` builds from, typed once where a PaSa command starts (:func:`pasa_setup`):
+    a wrong key or value is one line naming it before anything loads, and no builder below re-reads the raw config."""
+
+    papers: PapersConfig
+    search: SearchConfig
+    embedder: EmbedderConfig
+    llm: LLMConfig
+    selector: SelectorConfig
+    crawler_env: CrawlConfig
+    crawler_policy: CrawlerConfig
+    agent: AgentConfig
+    http_cache_dir: str  # paths.http_cache_dir: a live backend's cache when no preset set one (_default_cache)
+    expand: Optional[ExpandConfig] = None  # None: the root has no expand group (the store's sections)
+    selector_llm: Optional[LLMConfig] = None  # None: the Selector scores with ``llm``
+    row_search_kinds: tuple[str, ...] = ()  # `eval pasa` rows may search with their own kind
+
+    @property
+    def scoring_llm(self) -> LLMConfig:
+        """The Selector's LLM (``selector_llm``, else ``llm``)."""
+        return self.selector_llm or self.llm
+
+
+def pasa_setup(cfg: DictConfig) -> PasaSetup:
+    """A PaSa command's composed config, typed (interpolations resolved against the root config)."""
+    expand, selector_llm = cfg.get("expand"), cfg.get("selector_llm")
+    return PasaSetup(
+        papers=to_papers_config(cfg.papers), search=to_search_config(cfg.search),
+        embedder=typed(EmbedderConfig, cfg.get("embedder"), "embedder"), llm=typed(LLMConfig, cfg.llm, "llm"),
+        selector=typed(SelectorConfig, cfg.selector, "selector"),
+        crawler_env=typed(CrawlConfig, cfg.crawler.env, "crawler.env"),
+        crawler_policy=typed(CrawlerConfig, cfg.crawler.policy, "crawler.policy"),
+        agent=typed(AgentConfig, cfg.get("agent"), "agent"), http_cache_dir=str(cfg.paths.http_cache_dir),
+        expand=None if expand is None else to_expand_config(expand),
+        selector_llm=None if selector_llm is None else typed(LLMConfig, selector_llm, "selector_llm"),
+        row_search_kinds=tuple(str(r["search"]) for r in cfg.get("rows") or [] if r.get("search")))
+
+
 class Resources:
-    """What a PaSa command needs, built lazily from its config and shared: one store, one search backend per
+    """What a PaSa command needs, built lazily from its typed config and shared: one store, one search backend per
     kind, one LLM per model (the Crawler and the Selector share it when their configs are equal)."""
 
-    def __init__(self, cfg: DictConfig):
-        from scholar_agents.papers.corpus import build_store, to_papers_config
+    def __init__(self, setup: PasaSetup | DictConfig):
+        from scholar_agents.papers.corpus import build_store
         from scholar_agents.papers.store import PaperStore
 
-        self.cfg = cfg
-        # (resolved first: ${paths...} interpolations need the root config)
-        pcfg = to_papers_config(OmegaConf.to_container(cfg.papers, resolve=True))
+        # a DictConfig is typed here: the PPO builder (train/ppo/inputs.py) still hands its composed config
+        self.setup = setup if isinstance(setup, PasaSetup) else pasa_setup(setup)
+        pcfg = self.setup.papers
         self.prebuilt = prebuilt_corpus(pcfg)
         # Otherwise: reuses the store when it already holds exactly the configured sources (builds it on first use).
         self.build_info = ({"store": str(pcfg.store), "status": "prebuilt"} if self.prebuilt
                            else build_store(pcfg, progress=True))
         self._prebuilt_asked = pcfg.prebuilt
-        self.index_dir = str(cfg.papers.index_dir)
+        self.index_dir = str(pcfg.index_dir)
         if self.live:
             from scholar_agents.papers.live.store import open_live_store
 
             # Live backends add what they fetch to one store: a copy of the corpus store (papers/live/store.py).
-            self.store = open_live_store(cfg.papers.store, cfg.papers.live_store)
+            self.store = open_live_store(pcfg.store, pcfg.live_store)
             self.index_dir += "+live"  # a local row over the live store must not overwrite the corpus' indexes
         else:
-            self.store = PaperStore(cfg.papers.store, readonly=True, immutable=self.prebuilt)
+            self.store = PaperStore(pcfg.store, readonly=True, immutable=self.prebuilt)
         if len(self.store) == 0:
-            raise ValueError(f"the paper store {cfg.papers.store} is empty: build it with `scholar papers build`")
+            raise ValueError(f"the paper store {pcfg.store} is empty: build it with `scholar papers build`")
         self._fulltext = None
         self._search: dict[str, Any] = {}
         self._llms: dict[str, Any] = {}
@@ -137,21 +186,20 @@ class Resources:
         """Whether a live backend is configured (search=arxiv_api|semantic_scholar or expand=ar5iv|...)."""
         from scholar_agents.papers.index import LIVE_KINDS
 
-        expand = self.cfg.get("expand")
-        rows = self.cfg.get("rows") or []  # `eval pasa` rows may name their own search kind
-        serper_adds = self.cfg.search.kind == "online" and self.cfg.search.online.get("add_missing")
-        return (self.cfg.search.kind in LIVE_KINDS or any(r.get("search") in LIVE_KINDS for r in rows)
+        search, expand = self.setup.search, self.setup.expand
+        serper_adds = search.kind == "online" and search.online.add_missing
+        return (search.kind in LIVE_KINDS or any(k in LIVE_KINDS for k in self.setup.row_search_kinds)
                 or bool(serper_adds) or (expand is not None and expand.kind != "store"))
 
     def fulltext(self):
         """The [Expand] fetcher of ``expand`` (None for expand=store)."""
-        if self._fulltext is None and self.cfg.get("expand") is not None:
+        expand = self.setup.expand
+        if self._fulltext is None and expand is not None:
             from scholar_agents.papers.live.fulltext import build_fulltext
 
-            ecfg = OmegaConf.to_container(self.cfg.expand, resolve=True)
-            if ecfg["kind"] != "store":
-                _default_cache(ecfg, ecfg["kind"], self.cfg.paths.cache_dir)
-            self._fulltext = build_fulltext(ecfg, self.store)
+            if expand.kind != "store":
+                expand = _default_cache(expand, expand.kind, self.setup.http_cache_dir)
+            self._fulltext = build_fulltext(expand, self.store)
         return self._fulltext
 
     def live_stats(self) -> dict:
@@ -164,20 +212,15 @@ class Resources:
     # ---- search ----
 
     def search(self, kind: Optional[str] = None):
-        from scholar_agents.papers.index import load_or_build_search
+        from scholar_agents.papers.index import LIVE_KINDS, IndexNotBuilt, load_or_build_search
 
-        from scholar_agents.papers.index import LIVE_KINDS
-
-        scfg = OmegaConf.to_container(self.cfg.search, resolve=True)
-        scfg["kind"] = kind or scfg["kind"]
-        if scfg["kind"] == "auto":  # hybrid or bm25, as the Crawler's training data were searched (issue 17)
-            scfg["kind"] = self.resolved_search_kind()
-        key = scfg["kind"]
+        scfg = dataclasses.replace(self.setup.search, kind=kind or self.setup.search.kind)
+        if scfg.kind == "auto":  # hybrid or bm25, as the Crawler's training data were searched
+            scfg.kind = self.resolved_search_kind()
+        key = scfg.kind
         if key in LIVE_KINDS or key == "online":  # an eval row's live kind under another preset: still cached
-            _default_cache(scfg, key, self.cfg.paths.cache_dir)
+            scfg = _default_cache(scfg, key, self.setup.http_cache_dir)
         if key not in self._search:
-            from scholar_agents.papers.index import IndexNotBuilt
-
             embedder = self.embedder() if key in ("dense", "hybrid") else None
             try:
                 self._search[key] = load_or_build_search(scfg, self.store, embedder, self.index_dir, progress=True,
@@ -195,23 +238,22 @@ class Resources:
         if not hasattr(self, "_search_kind"):
             from scholar_agents.papers.index import resolve_kind
 
-            self._search_kind, self._search_why = resolve_kind(self.cfg.search, len(self.store), self.index_dir)
+            self._search_kind, self._search_why = resolve_kind(self.setup.search, len(self.store), self.index_dir)
             log.info("the agent searches with %s (%s)", self._search_kind, self._search_why)
         return self._search_kind
 
     def embedder(self):
         if self._embedder is None:
             from scholar_agents.llm.embedder import build_embedder
-            from scholar_agents.llm.config import EmbedderConfig
 
-            ecfg = typed(EmbedderConfig, self.cfg.embedder)
-            self._embedder = build_embedder(ecfg)
+            self._embedder = build_embedder(self.setup.embedder)
         return self._embedder
 
     # ---- models ----
 
-    def _llm_config(self, node: DictConfig, model: Optional[str] = None, adapter: Any = "preset") -> dict:
-        c = OmegaConf.to_container(node, resolve=True)
+    @staticmethod
+    def _llm_config(llm: LLMConfig, model: Optional[str] = None, adapter: Any = "preset") -> dict:
+        c = dataclasses.asdict(llm)
         if model:
             c["model"] = model
         if adapter != "preset":
@@ -220,21 +262,21 @@ class Resources:
 
     def crawler_adapter(self, model: Optional[str] = None) -> Optional[str]:
         """The adapter the Crawler's model gets (:func:`crawler_adapter_for`)."""
-        return crawler_adapter_for(self.cfg, model)[0]
+        return crawler_adapter_for(self.setup.llm, self.setup.crawler_policy, model)[0]
 
-    def _llm_from(self, node: DictConfig, model: Optional[str] = None, role: str = "crawler", adapter: Any = "preset"):
+    def _llm_from(self, llm: LLMConfig, model: Optional[str] = None, role: str = "crawler", adapter: Any = "preset"):
         from scholar_agents.llm import build_llm
 
-        c = self._llm_config(node, model, adapter)
+        c = self._llm_config(llm, model, adapter)
         key = json.dumps(c, sort_keys=True)
         if key not in self._llms:
             with _cuda_visible(self._devices.get(role)):
-                self._llms[key] = build_llm(OmegaConf.create(c))
+                self._llms[key] = build_llm(c)
         return self._llms[key]
 
     def llm(self, model: Optional[str] = None, adapter: Any = "preset"):
         """The LLM of ``llm`` (the paraphraser; ``llm.adapter`` as configured), optionally with another model."""
-        return self._llm_from(self.cfg.llm, model, role="crawler", adapter=adapter)
+        return self._llm_from(self.setup.llm, model, role="crawler", adapter=adapter)
 
     def crawler_llm(self, model: Optional[str] = None, adapter: Any = "preset"):
         """The Crawler's LLM: ``llm`` (or a row's ``model``) with :meth:`crawler_adapter` (or the row's
@@ -243,25 +285,27 @@ class Resources:
             adapter = self.crawler_adapter(model)
         elif adapter in (None, "none", "null", ""):
             adapter = None
-        return self._llm_from(self.cfg.llm, model, role="crawler", adapter=adapter)
+        return self._llm_from(self.setup.llm, model, role="crawler", adapter=adapter)
+
+    def _selector_node(self) -> DictConfig:
+        """``selector`` as the Selector builders read it (a node with ``.get``), from its typed config."""
+        return OmegaConf.structured(self.setup.selector)
 
     def selector(self):
         from scholar_agents.pasa.selector_factory import build_selector
 
         if self._selector is None:  # selector.kind=cross_encoder builds no LLM
-            node = self.cfg.get("selector_llm") or self.cfg.llm
-            self._selector = build_selector(self.cfg.selector, lambda: self._llm_from(node, role="selector"))
+            self._selector = build_selector(self._selector_node(),
+                                            lambda: self._llm_from(self.setup.scoring_llm, role="selector"))
         return self._selector
 
     def plan_devices(self, crawler_model: Optional[str] = None, use_selector: bool = True) -> dict:
         """Decide each engine's GPUs before any is built (so a bad split fails in seconds, not after the Crawler
         loaded): :func:`plan_engine_devices` over the visible GPUs."""
-        selector_node = self.cfg.get("selector_llm") or self.cfg.llm
-        crawler = self._llm_config(self.cfg.llm, crawler_model, self.crawler_adapter(crawler_model))
+        crawler = self._llm_config(self.setup.llm, crawler_model, self.crawler_adapter(crawler_model))
         self._devices = plan_engine_devices(visible_gpus(), crawler,
-                                            self._llm_config(selector_node)
-                                            if use_selector and self.cfg.selector.get("kind", "llm") == "llm"
-                                            else None)
+                                            self._llm_config(self.setup.scoring_llm)
+                                            if use_selector and self.setup.selector.kind == "llm" else None)
         if self._devices["selector"] is not None:
             log.info("vLLM engines on their own GPUs: Crawler %s, Selector %s", self._devices["crawler"],
                      self._devices["selector"])
@@ -271,12 +315,13 @@ class Resources:
 
     def agent(self, spec: Any = None):
         """A PaSaAgent; ``spec`` (an eval row) may override the crawler model, [Expand], Selector use, ensemble."""
-        from scholar_agents.pasa.agent import AgentConfig, PaSaAgent
-        from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
-        from scholar_agents.pasa.crawler import Crawler, CrawlerConfig
+        from scholar_agents.pasa.agent import PaSaAgent
+        from scholar_agents.pasa.crawl_env import CrawlEnv
+        from scholar_agents.pasa.crawler import Crawler
 
-        env_cfg = typed(CrawlConfig, self.cfg.crawler.env)
-        agent_cfg = typed(AgentConfig, self.cfg.agent)
+        # copies: a row's overrides must not reach the next row
+        env_cfg = dataclasses.replace(self.setup.crawler_env)
+        agent_cfg = dataclasses.replace(self.setup.agent)
         if spec is not None:
             if spec.expand is not None:
                 env_cfg.expand = spec.expand
@@ -303,7 +348,7 @@ class Resources:
         model = getattr(spec, "crawler_model", None)
         llm = self.crawler_llm(model, "preset" if row_adapter is None else row_adapter)
         env = CrawlEnv(self.store, self.search(), env_cfg, tokenizer=llm.tokenizer, fulltext=self.fulltext())
-        policy = typed(CrawlerConfig, self.cfg.crawler.policy)
+        policy = dataclasses.replace(self.setup.crawler_policy)
         if getattr(spec, "constrained", None) is not None:
             policy.constrained = spec.constrained
         if policy.constrained is None:  # the CPU preset: the grammar for a base model, free for the SFT adapter
@@ -316,49 +361,48 @@ class Resources:
 
     def describe(self) -> dict:
         """The setting a report must state: corpus, date filter, citation source, models."""
+        s = self.setup
         stats = self.store.stats()
-        adapter, why = crawler_adapter_for(self.cfg)
-        env = self.cfg.crawler.env
-        search_filtered = env.get("search_date_filter", True)
+        adapter, why = crawler_adapter_for(s.llm, s.crawler_policy)
+        env = s.crawler_env
         date = ("none" if not env.date_filter else
-                "before the query date on search and expansion" if search_filtered and env.date_filter_expand else
-                "before the query date on search only (official code)" if search_filtered else
+                "before the query date on search and expansion" if env.search_date_filter and env.date_filter_expand
+                else "before the query date on search only (official code)" if env.search_date_filter else
                 "before the query date on expansion only; search over the whole corpus (search_date_filter=false)"
                 if env.date_filter_expand else "none (search_date_filter=false, date_filter_expand=false)")
         return {
-            "corpus": f"{self.cfg.papers.store} ({stats['papers']} papers, {stats['with_abstract']} with abstract)",
+            "corpus": f"{s.papers.store} ({stats['papers']} papers, {stats['with_abstract']} with abstract)",
             "date filter": date,
-            "citation source": f"{self.cfg.papers.get('citation_source', 'paper store sections')}: "
-                               f"{stats['with_sections']} papers with sections, {stats['references']} references "
+            "citation source": f"paper store sections: {stats['with_sections']} papers with sections, "
+                               f"{stats['references']} references "
                                f"({stats['resolved_references']} resolved to stored papers)",
-            "expand": (f"{self.cfg.expand.kind}: sections fetched on demand into {self.cfg.papers.live_store}"
-                       if self.cfg.get("expand") is not None and self.cfg.expand.kind != "store"
-                       else "the store's sections"),
-            "search": f"{self.resolved_search_kind()} (k={self.cfg.crawler.env.search_k} per [Search]; "
-                      f"{self._search_why})"
-                      + (f"; dense index over the papers before {self.cfg.search.dense_before} (search.dense_before)"
-                         if self.cfg.search.get("dense_before") else ""),
-            "crawler": f"{self.cfg.llm.model} ({self.cfg.llm.backend})" + (
+            "expand": (f"{s.expand.kind}: sections fetched on demand into {s.papers.live_store}"
+                       if s.expand is not None and s.expand.kind != "store" else "the store's sections"),
+            "search": f"{self.resolved_search_kind()} (k={env.search_k} per [Search]; {self._search_why})"
+                      + (f"; dense index over the papers before {s.search.dense_before} (search.dense_before)"
+                         if s.search.dense_before else ""),
+            "crawler": f"{s.llm.model} ({s.llm.backend})" + (
                 f" + LoRA adapter {adapter} ({why})" if adapter else f" (no adapter: {why})"),
-            "selector": describe_selector(self.cfg.selector, str((self.cfg.get('selector_llm') or self.cfg.llm).model)),
+            "selector": describe_selector(self._selector_node(), str(s.scoring_llm.model)),
             **({"live backends": self.live_stats()} if self.live else {}),
-            "crawler env": OmegaConf.to_container(self.cfg.crawler.env, resolve=True),
-            "crawler policy": _resolved_policy(OmegaConf.to_container(self.cfg.crawler.policy, resolve=True), adapter),
+            "crawler env": dataclasses.asdict(env),
+            "crawler policy": _resolved_policy(dataclasses.asdict(s.crawler_policy), adapter),
         }
 
 
-def crawler_adapter_for(cfg: DictConfig, model: Optional[str] = None) -> tuple[Optional[str], str]:
+def crawler_adapter_for(llm: LLMConfig, policy: CrawlerConfig,
+                        model: Optional[str] = None) -> tuple[Optional[str], str]:
     """The LoRA adapter the Crawler's model gets, and why: ``llm.adapter`` when set (always applied); else
     ``crawler.policy.adapter`` (the CPU preset: the shipped default Crawler) when the Crawler's model — ``model``
     (an eval row's crawler_model) or ``llm.model`` — is the base the adapter was trained on (its
     adapter_config.json ``base_model_name_or_path``); another model runs as it is (a fine-tuned checkpoint, the
     tiny test model), with a warning."""
-    if cfg.llm.get("adapter"):
-        return str(cfg.llm.adapter), "llm.adapter"
-    adapter = cfg.crawler.policy.get("adapter")
+    if llm.adapter:
+        return str(llm.adapter), "llm.adapter"
+    adapter = policy.adapter
     if not adapter:
         return None, "crawler.policy.adapter=null: the base model"
-    model = str(model or cfg.llm.model)
+    model = str(model or llm.model)
     try:
         base = json.loads((Path(str(adapter)) / "adapter_config.json").read_text()).get("base_model_name_or_path")
     except FileNotFoundError:
@@ -388,9 +432,12 @@ def _same_model(a: str, b: str) -> bool:
         return False
 
 
-def _default_cache(cfg: dict, kind: str, cache_dir: str) -> None:
-    """A live backend's HTTP cache defaults to ``<paths.cache_dir>/http/<kind>.sqlite`` (the presets set it; an
-    override like ``search.kind=arxiv_api`` or an eval row does not go through them)."""
-    http = cfg.setdefault(kind, {}).setdefault("http", {})
-    if not http.get("cache_path"):
-        http["cache_path"] = f"{cache_dir}/http/{kind}.sqlite"
+def _default_cache(cfg: T, kind: str, http_cache_dir: str) -> T:
+    """``cfg`` (a search or expand config) with its live backend ``kind``'s HTTP cache at
+    ``<paths.http_cache_dir>/<kind>.sqlite`` where none is set: the presets' rule, for an override like
+    ``search.kind=arxiv_api`` or an eval row, which do not go through the presets. A copy: the shared config stays."""
+    backend = getattr(cfg, kind)
+    if backend.http.cache_path:
+        return cfg
+    http = dataclasses.replace(backend.http, cache_path=f"{http_cache_dir}/{kind}.sqlite")
+    return dataclasses.replace(cfg, **{kind: dataclasses.replace(backend, http=http)})

@@ -1,6 +1,6 @@
 """The run directory of one `pasa search`: ``setting.json``, ``results.json``, ``results.md`` and
-``trajectories.jsonl``. `scholar pasa search` writes it, and so does every search made in `pasa serve`'s page
-(issue 39 item 4), so the page's Runs view lists and compares both alike."""
+``trajectories.jsonl``. `scholar pasa search` writes it, and so does every search made in `pasa serve`'s page,
+so the page's Runs view lists and compares both alike."""
 
 from __future__ import annotations
 

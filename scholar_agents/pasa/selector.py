@@ -36,11 +36,11 @@ class SelectorConfig:
     """How the Selector decides. Presets: ``conf/selector/*.yaml``."""
 
     # llm = PaSa's decision-token Selector on ``llm`` / ``selector_llm`` (the default); cross_encoder = a fine-tuned
-    # encoder with a 1-logit head read as P(relevant) (ours, issue 37: ``pasa.cross_encoder``, no LLM), from ``model``;
-    # embedding = the embedder's cosine through a fitted query adapter and calibration (ours, issue 37:
+    # encoder with a 1-logit head read as P(relevant) (ours: ``pasa.cross_encoder``, no LLM), from ``model``;
+    # embedding = the embedder's cosine through a fitted query adapter and calibration (ours:
     # ``pasa.embedding_selector``, no LLM), from ``model``.
     # provenance = the embedding Selector, except for papers a route names (found by a dense search): the lexical
-    # Selector (ours, issue 37: ``pasa.provenance_selector``, no LLM).
+    # Selector (ours: ``pasa.provenance_selector``, no LLM).
     kind: str = "llm"
     model: Optional[str] = None  # cross_encoder / embedding / provenance: the directory `train selector_*` wrote
     # provenance: the lexical Selector's directory (`scholar train selector_lexical`; bundled = the package's) and
@@ -62,7 +62,7 @@ class SelectorConfig:
     rationale_max_new_tokens: int = 256  # judge(): decision + rationale generation
     # Remember this many (query, title, abstract) scores: PPO rollouts meet the same papers again and again.
     memo_size: int = 100_000
-    # Ours (issue 37 item 2): false = the agent ranks by the score but marks nothing "selected" (a Selector without a
+    # Ours: false = the agent ranks by the score but marks nothing "selected" (a Selector without a
     # card whose held-out precision beats the base rate: the base SmolLM2's `cpu` preset). PPO's reward (Eq. 4)
     # still reads the threshold.
     marks_selected: bool = True
@@ -86,7 +86,7 @@ class SelectorPair:
     qid: str = ""
     paper_id: str = ""
     # which retriever returned the paper: a search backend's name (bm25, dense, hybrid, ...), "expand" (a cited
-    # paper), "seed", or "" (unknown). Only selector=provenance reads it (issue 37); every other Selector ignores it.
+    # paper), "seed", or "" (unknown). Only selector=provenance reads it; every other Selector ignores it.
     found_by: str = ""
 
     @classmethod
@@ -294,7 +294,7 @@ class Selector(PaperJudge):
 
     def judge(self, pairs: Sequence[SelectorPair], max_new_tokens: Optional[int] = None,
               decision_first: bool = True) -> list[Judgement]:
-        """The decision and its rationale (greedy). ``decision_first`` (default; issue 37 item 4): the decision is
+        """The decision and its rationale (greedy). ``decision_first`` (default): the decision is
         the one the ranking used, P("True") >= threshold from the same single forward pass, written into the
         answer as PaSa's template begins it (``True\nReason:``), and the model generates only the reason after it,
         so "why?" can never show a rationale for a decision the list did not make. A reason whose first words take

@@ -1,6 +1,6 @@
 """Which Selector a config names (``selector.kind``): PaSa's decision-token LLM Selector (``pasa.selector``), the
 cross-encoder (``pasa.cross_encoder``), the embedding Selector (``pasa.embedding_selector``) or the provenance
-Selector (``pasa.provenance_selector``: the embedding Selector, and the lexical one for dense hits; all issue 37).
+Selector (``pasa.provenance_selector``: the embedding Selector, and the lexical one for dense hits; all three ours).
 Beside them, so none imports another's builder."""
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def build_selector(cfg, llm_factory=None):
 def describe_selector(cfg, llm_model: str = "?") -> str:
     """One line on what decides "selected", read from the config and the model card without loading a model:
     which Selector, its threshold and where the threshold comes from, and its held-out figures where it has a card
-    (issue 37 item 2). ``llm_model``: the Selector LLM's model (``selector_llm.model``) for ``kind=llm``."""
+    (what a reader must know before trusting the mark). ``llm_model``: the Selector LLM's model
+    (``selector_llm.model``) for ``kind=llm``."""
     kind = selector_kind(cfg)
     threshold = cfg.get("threshold")
     if kind == "llm":

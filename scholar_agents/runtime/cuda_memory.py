@@ -1,4 +1,4 @@
-"""Peak CUDA memory per training phase, as metrics (issue 28).
+"""Peak CUDA memory per training phase, as metrics.
 
 ``perf/max_memory_allocated_gb/<phase>`` and ``perf/max_memory_reserved_gb/<phase>``: ``torch.cuda``'s peaks since
 the phase began (its counters reset at the start of each phase), in GiB — verl logs

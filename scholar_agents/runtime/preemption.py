@@ -61,20 +61,12 @@ def slurm_job_id() -> Optional[str]:
     return os.environ.get("SLURM_JOB_ID")
 
 
-def in_slurm_job() -> bool:
-    return slurm_job_id() is not None
-
-
 def restart_count() -> int:
     """How many times Slurm has requeued this job (``SLURM_RESTART_COUNT``; 0 on the first run or outside Slurm)."""
     try:
         return int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
     except ValueError:
         return 0
-
-
-def is_requeued() -> bool:
-    return restart_count() > 0
 
 
 def global_rank() -> int:

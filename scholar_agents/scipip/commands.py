@@ -33,7 +33,8 @@ def _write(out: Path, name: str, obj: Any) -> Path:
 
 
 def _check_inputs(sc: SciPIPConfig, backgrounds: bool = False) -> None:
-    """The paper store (and the backgrounds file) exist: checked before any model loads (issue 29)."""
+    """The paper store (and the backgrounds file) exist: checked before any model loads, so a
+    missing file fails in a second, not after minutes of loading."""
     from scholar_agents.validation import UsageError
 
     if not Path(sc.store_path).is_file():

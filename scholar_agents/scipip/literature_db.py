@@ -262,10 +262,6 @@ class KeywordGraph:
                 self.paper_keywords[pid].append(kw)
             self.keyword_papers[kw].add(pid)
 
-    @classmethod
-    def from_paper_keywords(cls, paper_keywords: dict[str, list[str]]) -> KeywordGraph:
-        return cls((p, k) for p, kws in paper_keywords.items() for k in kws)
-
     def frequency(self, keyword: str) -> int:
         return len(self.keyword_papers.get(keyword, ()))
 

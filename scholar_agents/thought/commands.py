@@ -127,7 +127,7 @@ def run(cfg: DictConfig) -> dict:
     n_shards, shard = int(cfg.shard.count), int(cfg.shard.index)
     if not 0 <= shard < n_shards:
         raise ValueError(f"shard.index must be in [0, shard.count), got {shard}/{n_shards}")
-    check_inputs(cfg)  # before any model loads (issue 29)
+    check_inputs(cfg)  # before any model loads: a missing file fails in a second, not after the load
 
     embedder = build_embedder(cfg.embedder)
     shared_cache = cfg.llm.get("cache_path")

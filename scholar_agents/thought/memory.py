@@ -32,7 +32,8 @@ import numpy as np
 from scholar_agents.papers.dense import require_faiss
 from scholar_agents.thought.provenance import abstraction_level, root_sources
 
-if TYPE_CHECKING:  # FAISS is imported where an index is touched, not at start-up of every command (issue 28)
+# FAISS is imported where an index is touched, not at start-up of every command (the lent GPU image has no faiss wheel)
+if TYPE_CHECKING:
     import faiss
 
 log = logging.getLogger(__name__)

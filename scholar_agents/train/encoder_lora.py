@@ -1,4 +1,4 @@
-"""Contrastive LoRA fine-tuning of the embedder itself (ours, issue 37): ``train.encoder_steps > 0`` in
+"""Contrastive LoRA fine-tuning of the embedder itself (ours): ``train.encoder_steps > 0`` in
 ``scholar train selector_embedding``.
 
 Why: the query adapter moves only the query's vector in a document space that stays MiniLM's, so on pairs whose

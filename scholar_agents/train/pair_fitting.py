@@ -1,5 +1,5 @@
-"""What the no-LLM Selectors' trainers share (``train selector_cross_encoder``, ``train selector_embedding``; issue
-37): the labelled pairs and the typed config of a Hydra task, the by-query dev split that never enters the gradient,
+"""What the no-LLM Selectors' trainers share (``train selector_cross_encoder``, ``train selector_embedding``):
+the labelled pairs and the typed config of a Hydra task, the by-query dev split that never enters the gradient,
 and the decision threshold fitted on it (best F1)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``scholar train selector_cross_encoder``: fine-tune a cross-encoder Selector (ours, issue 37) with BCE on labelled
+"""``scholar train selector_cross_encoder``: fine-tune a cross-encoder Selector (ours) with BCE on labelled
 <query, paper> pairs (``pairs_train.jsonl`` of ``scripts/build_selector_eval_pairs.py``).
 
 The encoder starts from the embedded all-MiniLM-L6-v2 (``embedded:minilm``, from the installed wheel: nothing is

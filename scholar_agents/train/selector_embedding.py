@@ -1,4 +1,4 @@
-"""``scholar train selector_embedding``: fit the embedding Selector (ours, issue 37; ``pasa/embedding_selector.py``)
+"""``scholar train selector_embedding``: fit the embedding Selector (ours; ``pasa/embedding_selector.py``)
 on labelled <query, paper> pairs (``pairs_train.jsonl`` of ``scripts/build_selector_eval_pairs.py``).
 
 Every text is encoded once by the frozen embedder (the embedded MiniLM); what is fitted is the query adapter ``W``

@@ -1,4 +1,4 @@
-"""``scholar train selector_lexical``: fit the lexical Selector (ours, issue 37; ``pasa/lexical_selector.py``) on
+"""``scholar train selector_lexical``: fit the lexical Selector (ours; ``pasa/lexical_selector.py``) on
 labelled <query, paper> pairs — the dense-mined ``pairs_train.jsonl`` of ``scripts/build_selector_eval_pairs.py``,
 since it is the route ``selector=provenance`` takes for papers a dense search found.
 

@@ -4,7 +4,7 @@ answer only. ``train selector_sft`` and ``train crawler_sft`` are thin entries o
 Data: JSONL, one example a line, either ``{"messages": [...]}`` (PaSa's released SFT format, what
 ``data_gen selector_pairs`` / ``crawler_sessions`` write) or ``{"prompt": [...], "completion": [...]}``.
 
-Loss masking (``loss_on``), the switch the issue asks to make robust:
+Loss masking (``loss_on``), which must hold for any chat template:
 - ``completion`` (default): each chat is split into prompt = every message before the last assistant turn and
   completion = that turn. TRL tokenizes prompt (with the generation prompt) and prompt + completion and masks the
   common prefix, so prompt tokens get label -100 with ANY chat template. SmolLM2's and Qwen2.5's templates carry no
@@ -81,7 +81,7 @@ class SFTRecipeConfig:
     Defaults are PaSa's (§5.1 / App. B: Qwen2.5-7B-Instruct, lr 1e-5, 1 epoch, batch 4 per device)."""
 
     model: str = "Qwen/Qwen2.5-7B-Instruct"  # HF dir, hub name (networked clusters) or embedded:smollm2
-    # pretrained (the weights in `model`) | random (ours, issue 28: seeded random weights from `model`'s config.json,
+    # pretrained (the weights in `model`) | random (ours: seeded random weights from `model`'s config.json,
     # its tokenizer from the same dir; memory/speed checks of a model shape without a checkpoint, gpu_check.sh)
     init: str = "pretrained"
     train_file: str = MISSING  # JSONL of chat messages (or prompt/completion)
@@ -122,7 +122,7 @@ class SFTRecipeConfig:
     logging_steps: int = 10
     save_steps: int = 500  # 0: no checkpoint-N at all (save_strategy "no"; memory checks: nothing resumes)
     save_total_limit: Optional[int] = 2
-    save_final: bool = True  # false (ours, issue 28): no final/ (smoke and memory checks); the summary is still written
+    save_final: bool = True  # false (ours): no final/ (smoke and memory checks); the summary is still written
     eval_steps: Optional[int] = None
     seed: int = 0
     dataloader_num_workers: int = 0

@@ -296,7 +296,7 @@ def test_selector_pairs_end_to_end(teacher_url, corpus, tmp_path):
 
 
 def test_selector_pairs_negatives_from_the_verified_teachers_searches(teacher_url, corpus, tmp_path):
-    """data_gen.crawl_queries=verified (issue 17): the simulated crawl runs the verified Crawler teacher's searches
+    """data_gen.crawl_queries=verified: the simulated crawl runs the verified Crawler teacher's searches
     (no Table 7 prompt); its negatives are non-gold papers of the searches that found the gold ones."""
     from scholar_agents.data_gen.verified_teacher import candidate_queries, verify_queries
     from scholar_agents.papers.index import load_or_build_search
@@ -351,7 +351,7 @@ def test_autoscholarquery_on_the_tiny_model_counts_noise(tiny_model_dir, corpus,
 
 
 def test_crawler_sessions_request_forms_reuse_the_verified_searches(corpus, tmp_path):
-    """Issue 29 item 2: each verified search session is also asked in request forms (same gold, same searches,
+    """Each verified search session is also asked in request forms (same gold, same searches,
     same split); the topic candidate comes first; bad form names are refused before anything runs."""
     from scholar_agents.data_gen.request_forms import rewrite, topic
     from scholar_agents.validation import UsageError

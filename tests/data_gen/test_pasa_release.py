@@ -12,7 +12,7 @@ from scholar_agents.data_gen.pasa_release import (
 )
 from scholar_agents.data_gen.shards import ShardedRun, held_out_keys, shards_of
 from scholar_agents.pasa.actions import parse_response
-from scholar_agents.pasa.prompts import selector_target
+from scholar_agents.pasa.prompts import selector_messages, selector_target
 from scholar_agents.pasa.selector import parse_judgement
 from tests.paths import TEST_ASSETS
 
@@ -31,7 +31,8 @@ def test_sft_selector_release():
     assert exs[0].title == "CLIP-Fields: Weakly Supervised Semantic Fields for Robotic Memory"
     assert exs[0].user_query.startswith("Could you list the works exploit knowledge")
     assert exs[0].rationale.startswith("The paper directly studies")
-    assert exs[0].prompt_matches_ours()  # the released prompt is byte-identical to Table 15 as we render it
+    # the released prompt is byte-identical to Table 15 as we render it
+    assert selector_messages(exs[0].user_query, exs[0].title, exs[0].abstract)[0] == exs[0].messages[0]
     assert len(list(load_sft_selector(REL / "sft_selector" / "train.jsonl", limit=1))) == 1
 
 

@@ -13,7 +13,6 @@ from scholar_agents.data_gen.passages import (
     CitedWork,
     RelatedWorkSection,
     build_passages,
-    iso_from_published_time,
     passages_from_paper,
     published_time,
     related_work_matcher,
@@ -196,7 +195,6 @@ def test_published_time():
     assert published_time("2023-02-14") == "20230214"
     assert published_time("2023-02") == "20230228" and published_time("2024-02") == "20240229"
     assert published_time("2019") == "20191231"
-    assert iso_from_published_time("20230228") == "2023-02-28"
     with pytest.raises(ValueError):
         published_time("")
 

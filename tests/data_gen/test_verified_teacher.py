@@ -1,4 +1,4 @@
-"""The verified Crawler teacher (issue 17 item 1): candidate searches checked against the gold papers with the crawl
+"""The verified Crawler teacher: candidate searches checked against the gold papers with the crawl
 environment's own search on a hand-made store; greedy marginal gain keeps the candidate adding gold first and stops
 when nothing adds; the session is rendered like the LLM teacher's."""
 

@@ -1,4 +1,4 @@
-"""Bootstrap intervals of `eval pasa` (issue 17): the interval of a mean covers it and narrows with more queries;
+"""Bootstrap intervals of `eval pasa`: the interval of a mean covers it and narrows with more queries;
 the paired difference is tighter than the marginals when two methods move together; the equal-budget comparison
 cuts the search ranking at the crawler's own queue size per query."""
 

@@ -1,4 +1,4 @@
-"""`eval pasa setting=date_filtered|whole_corpus|both` (issue 17 item 4): the realistic setting searches the whole
+"""`eval pasa setting=date_filtered|whole_corpus|both`: the realistic setting searches the whole
 corpus beside PaSa §5.1's date-filtered one, and every row states how many papers each query searched over."""
 
 import json

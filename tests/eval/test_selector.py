@@ -7,11 +7,7 @@ import numpy as np
 import pytest
 
 from scholar_agents.eval.metrics import binary_metrics, reliability_curve, roc_auc
-from scholar_agents.eval.selector import (
-    evaluate_scores,
-    load_labelled_pairs,
-    load_pasa_selector_test,
-)
+from scholar_agents.eval.selector import evaluate_scores, load_labelled_pairs
 from scholar_agents.pasa.prompts import selector_messages
 from scholar_agents.pasa.selector import parse_judgement, truncate_abstract
 from tests.paths import TEST_ASSETS
@@ -84,7 +80,8 @@ def test_truncate_abstract_cuts_at_word_boundary():
 
 
 def test_load_pasa_released_selector_test_format():
-    pairs = load_pasa_selector_test(ASSETS / "pasa_sft_selector_test_sample.jsonl")
+    # PaSa's released sft_selector/test.jsonl (App. C: 200 human-annotated pairs) is chat messages
+    pairs = load_labelled_pairs(ASSETS / "pasa_sft_selector_test_sample.jsonl", fmt="messages")
     assert [p.label for p in pairs] == [True, False, True, False]
     assert pairs[0].query.startswith("Could you list the works exploit knowledge")
     assert pairs[0].title.startswith("CLIP-Fields")

@@ -1,4 +1,4 @@
-"""Zero-shot rows of `eval selector` (issue 17 item 3): MiniLM cosine and BM25 of the query against title + abstract,
+"""Zero-shot rows of `eval selector`: MiniLM cosine and BM25 of the query against title + abstract,
 next to the Selector with the same metrics (AUC, best-F1 threshold, F1 at 0.5)."""
 
 import json

@@ -1,4 +1,4 @@
-"""The attention kernel trained models load with (issue 28, item 3): the 7B presets ask for ``auto`` — flash attention
+"""The attention kernel trained models load with: the 7B presets ask for ``auto`` — flash attention
 where ``flash_attn`` imports and CUDA is there, sdpa otherwise — with one log line saying which; an explicit
 ``flash_attention_2`` that cannot load is one line, not a transformers traceback. Here (no flash-attn, no CUDA)
 ``auto`` is sdpa; the flash side is shown with a stand-in ``flash_attn`` module and CUDA reported available."""

@@ -1,4 +1,4 @@
-"""`scholar llm serve` (issue 39 item 7): one serving command for both installs. The real server start is what every
+"""`scholar llm serve`: one serving command for both installs. The real server start is what every
 test on `tests/fixtures/vllm_server.py`'s servers runs (the fixture starts them with this command); here, the
 command it builds, its refusals and that a key never reaches the printed line."""
 

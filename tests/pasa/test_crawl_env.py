@@ -179,7 +179,7 @@ def test_records_align_actions_with_token_ids(toy):
 
 
 def test_a_seeded_query_queues_its_paper_and_expands_it_after_the_search(toy):
-    """"More like this" (issue 39 item 6): the seed paper is in the queue at depth 1 from the start, and after the
+    """"More like this": the seed paper is in the queue at depth 1 from the start, and after the
     S_q session (its title searched by the Crawler) it gets an S_q+p session of its own where it has sections."""
     from scholar_agents.pasa.queries import seeded_query
     from scholar_agents.validation import UsageError

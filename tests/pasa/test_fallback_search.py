@@ -69,7 +69,7 @@ def test_a_valid_search_needs_no_fallback(toy):
 
 
 def test_search_user_query_adds_the_wrapped_search_beside_the_crawlers_and_is_counted(toy):
-    """crawler.env.search_user_query (issue 29 item 4): the user's query is searched as written after the Crawler's
+    """crawler.env.search_user_query: the user's query is searched as written after the Crawler's
     own searches, counted apart from the fallback; not twice when the Crawler searched it verbatim."""
     store, search = toy
     env = CrawlEnv(store, search, CrawlConfig(search_k=5, search_user_query=True))

@@ -1,4 +1,4 @@
-"""The lexical Selector and the provenance Selector (issue 37): features computed as BM25 computes them, a learning
+"""The lexical Selector and the provenance Selector: features computed as BM25 computes them, a learning
 test with a known answer (gold papers share the query's rare term, negatives only its topic: what a dense miner
 returns), routing by the retriever that found each paper, one threshold on one scale, "why?" that agrees with the
 list, and the crawl's provenance reaching the Selector. Real MiniLM from its wheel; nothing downloaded."""

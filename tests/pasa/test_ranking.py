@@ -1,4 +1,4 @@
-"""agent.ranking (issue 37 item 3): the Selector's order, the crawl's, their reciprocal-rank fusion; and the
+"""agent.ranking: the Selector's order, the crawl's, their reciprocal-rank fusion; and the
 recall@10 / nDCG@10 of each order that `eval pasa` pairs against the crawl order."""
 
 import math

@@ -1,4 +1,4 @@
-"""The hand-written held-out requests (assets/researcher_requests, issue 36 item 5): held-out queries only, each
+"""The hand-written held-out requests (assets/researcher_requests): held-out queries only, each
 rewritten (not the original wording), one to three sentences, loadable as eval pasa's queries with the original's
 gold and date."""
 

@@ -1,6 +1,7 @@
-"""``pasa/resources.py``: the paper store and search index as the ranks of a multi-process job open them. Built
-once before the ranks start (``scholar papers prepare``), they are opened writing nothing and taking no file lock,
-so they work on a read-only mount and where locks are per node (Lustre ``localflock``)."""
+"""``pasa/resources.py``: the config typed once at a command's entry, and the paper store and search index as the
+ranks of a multi-process job open them. Built once before the ranks start (``scholar papers prepare``), they are
+opened writing nothing and taking no file lock, so they work on a read-only mount and where locks are per node
+(Lustre ``localflock``)."""
 
 import os
 import shutil
@@ -10,8 +11,20 @@ import pytest
 
 from scholar_agents.hydra_app import compose
 from scholar_agents.pasa.commands import prepare
-from scholar_agents.pasa.resources import Resources
+from scholar_agents.pasa.crawl_env import CrawlConfig
+from scholar_agents.pasa.resources import Resources, pasa_setup
 from scholar_agents.validation import UsageError
+
+
+def test_a_pasa_command_types_its_config_at_the_entry_and_a_bad_value_is_one_line():
+    setup = pasa_setup(compose("pasa_search", ["crawler.env.search_k=7", "selector.threshold=0.3"]))
+    assert isinstance(setup.crawler_env, CrawlConfig) and setup.crawler_env.search_k == 7
+    assert setup.selector.threshold == 0.3 and setup.scoring_llm is setup.selector_llm
+    assert setup.expand is not None and setup.row_search_kinds == ()
+    rows = pasa_setup(compose("eval_pasa", []))
+    assert {"bm25", "dense", "hybrid"} <= set(rows.row_search_kinds)  # eval pasa's rows may search their own way
+    with pytest.raises(UsageError, match="search_k must be >= 1"):  # before any store or model loads
+        pasa_setup(compose("pasa_search", ["crawler.env.search_k=0"]))
 
 
 def _tree(root):

@@ -86,7 +86,7 @@ def test_judge_generates_and_counts_unparsed(tiny_llm):
 
 
 def test_why_shows_the_decision_the_ranking_used(tiny_llm):
-    """Issue 37 item 4: the decision is P("True") >= threshold from the scoring pass, written first; the model only
+    """The decision is P("True") >= threshold from the scoring pass, written first; the model only
     writes the reason after it, so even a random model's "why?" cannot contradict "selected"."""
     sel = Selector(tiny_llm, rationale_max_new_tokens=8)
     scores = sel.score(PAIRS[:4])
@@ -211,7 +211,7 @@ def test_a_fine_tuned_selector_dir_is_served_by_vllm_as_is(tiny_model_dir, tmp_p
 
 
 def test_the_base_llm_selector_ranks_but_marks_nothing_selected(tiny_llm):
-    """Issue 37 item 2: the `cpu` preset (base SmolLM2, no card) does not mark "selected"; the output says so; the
+    """The `cpu` preset (base SmolLM2, no card) does not mark "selected"; the output says so; the
     paper's preset keeps PaSa's P(True) >= 0.5."""
     from scholar_agents.hydra_app import compose
     from scholar_agents.pasa.selector_factory import describe_selector

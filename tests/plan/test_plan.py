@@ -16,11 +16,12 @@ from scholar_agents.plan.commands import inputs_from_config, startup_check
 from scholar_agents.plan.memory_plan import GIB, build_plan, zero_model_states
 from scholar_agents.plan.model_sizes import model_shape
 from scholar_agents.train.plan_runs import ppo_run, sft_run
+from tests.fixtures.script_loader import load_script
 
 QWEN = "Qwen/Qwen2.5-7B-Instruct"
 ZERO2 = "ppo.deepspeed=${sa_pkg:}/conf/deepspeed/zero2.json"
 ZERO3 = "ppo.deepspeed=${sa_pkg:}/conf/deepspeed/zero3.json"
-# the paper's PPO (Table 9) with the 7B rollout engine and the Selector served on its own GPUs (issue 15)
+# the paper's PPO (Table 9) with the 7B rollout engine and the Selector served on its own GPUs
 PAPER = ["ppo=pasa_paper", "crawler=pasa_paper", "llm=qwen25_7b_vllm", "llm@selector_llm=openai_server",
          "cluster=h100_80gb"]
 
@@ -302,14 +303,14 @@ def test_scholar_plan_defaults_to_crawler_ppo():
 
 
 def test_the_shipped_ppo_experiment_plans_from_its_base_model_before_sft_ran(tmp_path):
-    """`scholar plan experiment=pasa_crawler_ppo` as shipped (issue 28 item 5): the policy is the SFT run's output,
+    """`scholar plan experiment=pasa_crawler_ppo` as shipped: the policy is the SFT run's output,
     not written yet; the plan reads the architecture of the model it fine-tunes (ppo.base_model) and says so."""
     out = run_plan("experiment=pasa_crawler_ppo", f"paths.output_root={tmp_path}")
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert f"# policy {tmp_path}/checkpoints/pasa_crawler_sft/final (not there yet: sizes of ppo.base_model={QWEN}): " \
            f"7,615,616,512 parameters" in out.stdout
     assert "FITS" in out.stdout
-    # the GPU locks' CUDA and driver (issue 38 item 3), and no CUDA check: a plan runs on a CPU
+    # the GPU locks' CUDA and driver, and no CUDA check: a plan runs on a CPU
     assert "  requirements/gpu-linux-x86_64-py312.lock: torch 2.13.0 for CUDA 13.0 (cuda-toolkit==13.0.3.0): NVIDIA " \
            "driver >= 580 (>= 580.65.06 for all of CUDA 13.0)" in out.stdout
     assert "  requirements/gpu-cu12-linux-x86_64-py312.lock: torch 2.10.0 for CUDA 12.8" in out.stdout
@@ -372,8 +373,6 @@ def test_the_planner_reads_typed_configs_and_imports_nothing_above_its_floor():
     """plan/ gets the run's config typed by the training floor's dataclasses (train/plan_runs.py); it needs nothing
     of train/ itself, so none of its imports climbs a floor (the estimator names and crawl budgets it reads are in
     pasa/crawl_budget.py)."""
-    from tests.fixtures.script_loader import load_script
-
     graph = load_script("import_graph")
     climbs = [f"{a}:{line} -> {b}" for a, b, line, _ in graph.upward(graph.edges()) if graph.part_of(a) == "plan"]
     assert climbs == []

@@ -1,4 +1,4 @@
-"""NCCL-safe collectives (issue 28): one module holds every torch.distributed collective, and it puts tensors where
+"""NCCL-safe collectives: one module holds every torch.distributed collective, and it puts tensors where
 the process group takes them.
 
 - No other file of the package calls a collective directly (an AST walk).

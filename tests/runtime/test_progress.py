@@ -217,7 +217,7 @@ def test_on_a_terminal_the_libraries_keep_their_bars(monkeypatch):
 
 
 def test_a_bm25_build_off_the_terminal_draws_no_tokenize_bar(capsys):
-    """bm25s' own "Tokenize texts" bar (the issue's example) is asked for only on a terminal."""
+    """bm25s' own "Tokenize texts" bar (it filled command logs with redrawn bars) is asked for only on a terminal."""
     from scholar_agents.papers.bm25 import BM25Search
     from scholar_agents.papers.dated_docs import DatedDocs
     from scholar_agents.papers.paper import Paper

@@ -315,7 +315,7 @@ def test_submitit_job_with_two_srun_tasks_forms_one_torch_distributed_world(slur
 
 def test_sft_under_the_submitit_launcher_with_two_srun_tasks_trains_as_one_world(slurm_cluster, tmp_path,
                                                                                  tiny_model_dir):
-    """The SFT failure the issue reports: under the submitit launcher no RANK / WORLD_SIZE reached the trainer
+    """An SFT failure seen on a cluster: under the submitit launcher no RANK / WORLD_SIZE reached the trainer
     (DeepSpeed then looked for MPI; plain DDP trained each task alone). Two srun tasks must train as one world of
     2 with ZeRO-2 over gloo and write one final model."""
     import importlib.util

@@ -26,11 +26,12 @@ PAPER_KEYWORDS = {
     "p5": ["transformer models", "speech recognition"],
     "p6": ["attention sinks", "streaming inference"],
 }
+EDGES = [(paper, keyword) for paper, keywords in PAPER_KEYWORDS.items() for keyword in keywords]
 
 
 @pytest.fixture
 def graph() -> KeywordGraph:
-    return KeywordGraph.from_paper_keywords(PAPER_KEYWORDS)
+    return KeywordGraph(EDGES)
 
 
 def test_graph_frequency_and_cooccurrence(graph):
@@ -117,7 +118,7 @@ def _index() -> LiteratureIndex:
     return LiteratureIndex(
         ids=ids,
         vectors={"background": bg, "summary": bg.copy(), "abstract": bg.copy()},
-        graph=KeywordGraph.from_paper_keywords(PAPER_KEYWORDS),
+        graph=KeywordGraph(EDGES),
         cocite={"p3": [("p6", 3)], "p6": [("p3", 3)]},
     )
 

@@ -1,8 +1,8 @@
-"""scripts/gpu_check.sh, the one-GPU check of issues 28 and 38, and its CPU twin (GPU_CHECK_PROFILE=cpu): the same
-script, gloo and the tiny Qwen2 shape, so that what runs on the H100 cannot rot. Also the wrapper's contract (the
-packed dependencies first on PYTHONPATH; without the pack, one line saying how to build and carry it, never a build),
-its refusal to fall back to CPU when asked for a GPU, and the budget: a run starts only if its planned seconds fit
-what is left, and one that does not is reported "skipped (budget)" with exit status 0."""
+"""scripts/gpu_check.sh, the one-GPU check (docs/cluster.md "One-H100 check"), and its CPU twin (GPU_CHECK_PROFILE=cpu):
+the same script, gloo and the tiny Qwen2 shape, so that what runs on the H100 cannot rot. Also the wrapper's contract
+(the packed dependencies first on PYTHONPATH; without the pack, one line saying how to build and carry it, never a
+build), its refusal to fall back to CPU when asked for a GPU, and the budget: a run starts only if its planned seconds
+fit what is left, and one that does not is reported "skipped (budget)" with exit status 0."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""scripts/ppo_estimator_table.py (issue 36 item 5): the comparison table from the runs' own files — budget per step,
+"""scripts/ppo_estimator_table.py: the comparison table from the runs' own files — budget per step,
 the training signal, held-out recall by step and the paired difference against the start on the same queries."""
 
 import json

@@ -1,4 +1,4 @@
-"""The embedding Selector's encoder fine-tune (issue 37, ``train.encoder.steps``): LoRA over the embedded MiniLM with
+"""The embedding Selector's encoder fine-tune (``train.encoder.steps``): LoRA over the embedded MiniLM with
 the in-batch contrastive loss. Proven on the partner task, where the zero-shot cosine is wrong by construction and
 the query adapter is switched off, so only the fine-tuned encoder can find the answer; resumed exactly."""
 

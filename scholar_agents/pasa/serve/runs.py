@@ -153,7 +153,7 @@ def load_trajectories(d: Path, row: str, qid: str) -> list[dict]:
     return [t for t in _jsonl(p) if str(t.get("qid")) == str(qid)]
 
 
-# What each column means, shown under the Runs table (issue 39 item 5: no hover needed)
+# What each column means, shown under the Runs table (no hover needed)
 COLUMN_HELP = {
     "crawler_recall": "crawler recall: gold papers in the crawl's queue / gold papers",
     "precision": "precision: gold among the papers the Selector selected",

@@ -151,7 +151,10 @@ class SearchService:
     """Owns the models. ``run(job, emit)`` is the queue's worker function; ``rationale`` asks the Selector why."""
 
     def __init__(self, cfg: DictConfig):
+        from scholar_agents.pasa.resources import pasa_setup
+
         self.cfg = cfg
+        self.setup = pasa_setup(cfg)  # typed when the server starts: a bad value fails there, not at the first search
         self._lock = threading.Lock()  # one model in memory: a search and a rationale never run together
         self._res = None
         self._agent = None
@@ -172,7 +175,7 @@ class SearchService:
             from scholar_agents.pasa.resources import Resources
 
             t0 = time.perf_counter()
-            self._res = Resources(self.cfg)
+            self._res = Resources(self.setup)
             agent = self._res.agent()
             self.load_seconds = round(time.perf_counter() - t0, 1)
             log.info("agent ready in %.1f s", self.load_seconds)
@@ -231,7 +234,7 @@ class SearchService:
                 "warm_seconds": self.warm_seconds, "load_error": self.load_error}
 
     def corpus(self) -> dict:
-        """What the page searches (issue 39 item 1), from the facts `scholar papers build` reports: the store's name,
+        """What the page searches, from the facts `scholar papers build` reports: the store's name,
         paper count, date range and papers with sections, the search kind, each model with its size, and whether
         [Expand] can happen at all. Read once (the store opened read-only, the models' safetensors headers)."""
         if getattr(self, "_corpus", None) is None:
@@ -386,7 +389,7 @@ class SearchService:
                     "run": self.save_run(job, result)}
 
     def save_run(self, job: Job, result) -> Optional[str]:
-        """A finished page search as a run directory, the files `pasa search` writes (issue 39 item 4), under
+        """A finished page search as a run directory, the files `pasa search` writes, under
         ``<serve.runs_root>/page_searches/<time>_<id>``; its path relative to the runs root (None when
         ``serve.save_runs=false``)."""
         from scholar_agents.pasa.search_run import write_search_run

@@ -12,7 +12,7 @@ PaperInfo = Callable[[list[str]], dict[str, dict]]
 
 
 def end_reason(traj: dict) -> str:
-    """Why the crawl ended, in words that agree with its counters (issue 39 item 3): a budget spent; else every
+    """Why the crawl ended, in words that agree with its counters: a budget spent; else every
     queued paper was visited or could not be (no sections in this store: ``sessions_skipped``, which the page's
     last "papers to visit" count still held); else the queue ran out."""
     if traj.get("stopped_by"):
@@ -73,15 +73,3 @@ def build_tree(traj: dict, paper_info: Optional[PaperInfo] = None, gold: Iterabl
     root["gold_missed"] = sorted(gold_set - found)
     return root
 
-
-def tree_stats(node: dict) -> dict[str, int]:
-    """Counts over a tree (what a test or a summary line checks): nodes per kind and gold paper nodes."""
-    out: dict[str, int] = {}
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        out[n["kind"]] = out.get(n["kind"], 0) + 1
-        if n.get("gold"):
-            out["gold"] = out.get("gold", 0) + 1
-        stack.extend(n.get("children") or [])
-    return out

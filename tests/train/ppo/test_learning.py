@@ -1,4 +1,4 @@
-"""Session-level PPO learns what PaSa claims, on crawl tasks whose answer is known (issue 26; CleanRL's and SB3's
+"""Session-level PPO learns what PaSa claims, on crawl tasks whose answer is known (CleanRL's and SB3's
 CartPole thresholds, TRL's reward-goes-up tests): each test runs the REAL `train crawler_ppo` command — rollouts in
 the one crawl environment, Eq. 1-8, the value model — from a tiny random Qwen2 that `train crawler_sft` taught to
 choose uniformly among the valid actions, on a task written by `data_gen crawl_tasks`, and checks the `task/*`
@@ -7,7 +7,8 @@ metrics the trainer logs (scholar_agents/train/ppo/known_task.py).
 The harness (the tasks, their start policies and Selectors, the runs) is tests/fixtures/known_tasks.py, which
 scripts/ppo_known_tasks.py and scripts/ppo_learning_curves.py measure with. Thresholds were measured over seeds 0-3
 or 0-7 (seeds and spread in each test's docstring); a test fails when the math is wrong, e.g. with the advantage's
-sign flipped or the cross-session bootstrap dropped (issue 26's note shows both)."""
+sign flipped or the cross-session bootstrap dropped (docs/ppo.md, "Learning tests on crawl tasks with a known answer",
+shows both)."""
 
 from __future__ import annotations
 
@@ -125,7 +126,7 @@ def test_two_hops_learns_the_bridge_only_through_the_cross_session_bootstrap(kno
     hub's action, so γ1 = 0.5 must learn it and γ1 = 0 must not (there every hub [Expand] costs c and finds nothing:
     its optimum is [Stop]). Measured over seeds 0-7 (TWO_HOPS, means of the last 3 steps): γ1 = 0.5: optimal-action
     rate 0.60-0.96, recall 0.88-0.98 (from 0.22-0.53 after the warm-up); γ1 = 0: rate 0.00-0.35, recall
-    0.00-0.58. Threshold: rate >= 0.5 and recall >= 0.75. Fails with the bootstrap dropped (issue 26's note)."""
+    0.00-0.58. Threshold: rate >= 0.5 and recall >= 0.75. Fails with the bootstrap dropped (docs/ppo.md)."""
     rows = run_ppo(known_tasks, "two_hops", tmp_path, gamma1=gamma1, **TWO_HOPS)
     rate = mean(rows, "task/optimal_action_rate", slice(-3, None))
     recall = mean(rows, "task/recall", slice(-3, None))
@@ -211,7 +212,7 @@ def test_the_measurement_script_runs_the_same_harness(tmp_path):
 
 
 def test_the_learning_curves_script_plots_each_task_beside_its_ablation(tmp_path):
-    """scripts/ppo_learning_curves.py (issue 26 item 3's curves): on the tiny model, 2 steps of two_hops, γ1 = 0.5
+    """scripts/ppo_learning_curves.py: on the tiny model, 2 steps of two_hops, γ1 = 0.5
     beside γ1 = 0 — one PNG with both, curves.json with the seeds, the wall time and every step's metrics."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "MPLBACKEND": "Agg",
            "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}

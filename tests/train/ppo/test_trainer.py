@@ -186,7 +186,7 @@ def test_torchrun_two_processes_match_one_process(tiny_model_dir, ppo_papers, tm
     assert {k: v for k, v in e1.items() if k != "seconds"} == {k: v for k, v in e2.items() if k != "seconds"}
     rows = [[json.loads(x) for x in (tmp_path / d / "eval_end.jsonl").read_text().splitlines()] for d in ("one", "two")]
     assert [r["qid"] for r in rows[0]] == [r["qid"] for r in rows[1]]  # gathered in query order
-    # the crawls too, gathered the same way, for `pasa serve`'s trees of a PPO run (issue 27)
+    # the crawls too, gathered the same way, for `pasa serve`'s trees of a PPO run
     from scholar_agents.pasa.serve.runs import load_rows, load_trajectories
 
     for d in ("one", "two"):
