@@ -124,7 +124,8 @@ def weight_sync_bench(args, cotrain: list[dict], step_source: str, engine=None, 
 
         from scholar_agents.hydra_app import compose, setup_environment
         from scholar_agents.llm.factory import resolve_model_path
-        from scholar_agents.train.ppo.rollout import RolloutEngine, merged_policy_weights
+        from scholar_agents.train.ppo.policy_weights import merged_policy_weights
+        from scholar_agents.train.ppo.rollout_engine import RolloutEngine
 
         setup_environment()
         cfg = compose("train_crawler_ppo", [f"llm={args.llm}", "llm.cache_path=null", *args.overrides])

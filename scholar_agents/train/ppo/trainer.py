@@ -72,16 +72,9 @@ from scholar_agents.train.ppo.models import (
     shift_value_bias,
 )
 from scholar_agents.train.ppo.run_log import RunLog, run_summary
-from scholar_agents.train.ppo.rollout import (
-    QuerySampler,
-    RolloutEngine,
-    SessionSample,
-    build_samples,
-    collect,
-    first_forced_crawl,
-    gold_sets,
-    reward_stats,
-)
+from scholar_agents.train.ppo.rewards import gold_sets, reward_stats
+from scholar_agents.train.ppo.rollout import QuerySampler, SessionSample, build_samples, collect, first_forced_crawl
+from scholar_agents.train.ppo.rollout_engine import RolloutEngine
 from scholar_agents.train.ppo.tensors import (
     Packed,
     chunks,
@@ -264,7 +257,7 @@ class PPOTrainer:
             from scholar_agents.train.ppo.policy_weights import gathered_policy_weights
 
             return gathered_policy_weights(self._policy())
-        from scholar_agents.train.ppo.rollout import merged_policy_weights
+        from scholar_agents.train.ppo.policy_weights import merged_policy_weights
 
         return merged_policy_weights(self._policy())
 

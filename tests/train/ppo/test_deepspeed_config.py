@@ -85,8 +85,7 @@ from transformers import AutoModelForCausalLM
 
 from scholar_agents.train.ppo.config import PPOConfig
 from scholar_agents.train.ppo.deepspeed_config import fill_deepspeed_config, load_deepspeed_json, zero3_init
-from scholar_agents.train.ppo.policy_weights import gathered_policy_weights
-from scholar_agents.train.ppo.rollout import merged_policy_weights
+from scholar_agents.train.ppo.policy_weights import gathered_policy_weights, merged_policy_weights
 
 model_dir, conf, out, lora = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "lora"
 dist.init_process_group("gloo")
