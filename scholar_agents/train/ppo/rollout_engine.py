@@ -193,7 +193,8 @@ class RolloutEngine:
         with torch.no_grad():
             for name, tensor in weights:
                 if name not in targets:
-                    raise RuntimeError(f"rollout model and policy differ: the policy has {name!r}, the rollout model not")
+                    raise RuntimeError(f"rollout model and policy differ: the policy has {name!r}, the rollout "
+                                       f"model not")
                 targets[name].copy_(tensor.to(device=targets[name].device, dtype=targets[name].dtype))
                 seen.add(name)
         tied = bool(getattr(model.config, "tie_word_embeddings", False))

@@ -128,7 +128,7 @@ dist.barrier()
 @pytest.mark.skipif(not HAS_DEEPSPEED, reason="deepspeed not installed")
 @pytest.mark.parametrize("lora", ["full", "lora"])
 def test_zero3_gathered_policy_weights_equal_the_unsharded_policys(tiny_model_dir, tmp_path, lora):
-    """What ``PPOTrainer._policy_weights`` yields under ZeRO-3 (gathered_policy_weights) in 2 processes == what the
+    """What ``DeepSpeedEngine.policy_weights`` yields under ZeRO-3 (gathered_policy_weights) in 2 processes == what the
     unsharded policy yields (merged_policy_weights): the same names in the same order, the same values (LoRA merged
     into the base weights in both), while each rank holds only its shard before and after."""
     script = tmp_path / "gather.py"
