@@ -100,10 +100,10 @@ def main(argv=None) -> int:
                f"{args.policy}, {args.queries} queries, {args.max_new_tokens} new tokens; set-up {setup_s:.0f} s",
                None if args.weight_sync else args.json, {"setup_s": setup_s})
         if args.weight_sync:
-            if trainer.engine.cfg.backend != "vllm":
+            if trainer.rollout_engine.cfg.backend != "vllm":
                 ap.error("--weight-sync times the vLLM rollout engine: add the override `-- llm=smollm2_vllm`")
             weight_sync_bench(args, rows[1:], f"the {args.steps - 1} co-training step(s) above",
-                              engine=trainer.engine, weights=trainer._policy_weights)
+                              engine=trainer.rollout_engine, weights=trainer.engine.policy_weights)
     finally:
         trainer.close()
     return 0
@@ -124,7 +124,8 @@ def weight_sync_bench(args, cotrain: list[dict], step_source: str, engine=None, 
 
         from scholar_agents.hydra_app import compose, setup_environment
         from scholar_agents.llm.factory import resolve_model_path
-        from scholar_agents.train.ppo.rollout import RolloutEngine, merged_policy_weights
+        from scholar_agents.train.ppo.policy_weights import merged_policy_weights
+        from scholar_agents.train.ppo.rollout_engine import RolloutEngine
 
         setup_environment()
         cfg = compose("train_crawler_ppo", [f"llm={args.llm}", "llm.cache_path=null", *args.overrides])

@@ -48,7 +48,7 @@ class LLMConfig:
     # engine). Its start-up profile runs a batch of this size, so a colocated engine sets it low: TRL's colocate
     # mode passes 4096 (trl/generation/vllm_generation.py), as conf/llm/qwen25_7b_vllm_rollout.yaml does.
     max_num_batched_tokens: Optional[int] = None
-    # Engines inside training processes (PPO rollouts, train/ppo/rollout.py sets these two; TRL's colocate mode):
+    # Engines inside training processes (PPO rollouts, train/ppo/rollout_engine.py sets these two; TRL's colocate mode):
     # "external_launcher" = this process is one rank of a torchrun job and builds its own engine in-process,
     # on the process group the trainer already started (one engine per rank, or per TP group); null = vLLM's
     # default executor.

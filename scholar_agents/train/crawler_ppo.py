@@ -36,7 +36,7 @@ def _crawler_ppo(cfg: DictConfig, handler) -> dict:
     from scholar_agents.pasa.crawl_budget import critic_free_crawl_budget
     from scholar_agents.plan.commands import startup_check, startup_save_every, startup_window_check
     from scholar_agents.train.plan_runs import ppo_run
-    from scholar_agents.train.ppo.rollout import check_colocated_tensor_parallel
+    from scholar_agents.train.ppo.rollout_engine import check_colocated_tensor_parallel
     from scholar_agents.train.ppo.inputs import build_ppo_inputs
     from scholar_agents.train.ppo.trainer import PPOTrainer
     from scholar_agents.pasa.kinds import check_kinds
@@ -65,8 +65,8 @@ def _crawler_ppo(cfg: DictConfig, handler) -> dict:
         summary = trainer.train()
     finally:
         trainer.close()
-    ev, ev0 = summary.get("eval") or {}, summary.get("eval_start") or {}
-    if ev:
-        log.info("crawler recall %s -> %s, crawler actions %s -> %s (held-out queries)", ev0.get("crawler_recall"),
-                 ev.get("crawler_recall"), ev0.get("crawler_actions"), ev.get("crawler_actions"))
+    at_end, at_start = summary.get("eval") or {}, summary.get("eval_start") or {}
+    if at_end:
+        log.info("crawler recall %s -> %s, crawler actions %s -> %s (held-out queries)", at_start.get("crawler_recall"),
+                 at_end.get("crawler_recall"), at_start.get("crawler_actions"), at_end.get("crawler_actions"))
     return summary

@@ -32,6 +32,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from scholar_agents.validation import UsageError
+
 COMPLETE = "COMPLETE"
 LATEST = "latest"
 
@@ -169,6 +171,24 @@ def save_checkpoint(root: str | Path, step: int, write_models: Callable[[Path], 
 
 def load_trainer_state(ckpt: Path) -> dict:
     return json.loads((ckpt / "trainer_state.json").read_text())
+
+
+def resume_point(root: Path, resume: bool, estimator: str) -> tuple[Path | None, dict]:
+    """(the checkpoint to resume from, its trainer state): the newest under ``root`` with ``ppo.resume``, none
+    otherwise — and then ``root`` must hold none (nothing is deleted for you)."""
+    latest = latest_checkpoint(root)
+    if not resume and latest is not None:
+        raise ValueError(f"{root} holds checkpoints; pass ppo.resume=true to continue them or choose "
+                         f"another ppo.checkpoint_dir (nothing is deleted for you)")
+    resume_from = latest if resume else None
+    state = load_trainer_state(resume_from) if resume_from else {}
+    saved = state.get("config", {}).get("estimator")
+    if saved is not None and saved != estimator:
+        # the checkpoint holds another estimator's models (paper_mc/gae: a value model; grpo/rloo: none), which
+        # DeepSpeed's strict load would refuse deep inside; say it before any model loads
+        raise UsageError(f"ppo.estimator={estimator} but {resume_from} was trained with "
+                         f"ppo.estimator={saved}: resume with ppo.estimator={saved}, or start a new run dir")
+    return resume_from, state
 
 
 def load_optimizer_and_scheduler(ckpt: Path, optimizer, scheduler) -> None:

@@ -66,7 +66,7 @@ class PPOConfig:
     temperature: float = 1.0  # sampling temperature of the rollouts
     top_p: float = 1.0
     max_new_tokens: int | None = None  # null = crawler.policy.max_new_tokens
-    # vllm rollouts (train/ppo/rollout.py RolloutEngine; docs/ppo.md "Rollout engine and weight sync"):
+    # vllm rollouts (train/ppo/rollout_engine.py RolloutEngine; docs/ppo.md "Rollout engine and weight sync"):
     # inmemory (push the weights into the running engine, no file) | disk (per-rank safetensors dir, then reload in
     # place) | reload (that dir, engine rebuilt). The old value `inplace` is refused with its new name.
     rollout_sync: str = "inmemory"

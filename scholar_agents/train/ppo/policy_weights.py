@@ -1,6 +1,7 @@
-"""The policy's weights for the rollout engine when ZeRO-3 partitions them: (HF name, full tensor) pairs gathered
-module by module, LoRA merged — the same pairs, names and order as :func:`.rollout.merged_policy_weights` yields
-from an unsharded policy, without ever holding the whole model on one rank.
+"""The policy's weights for the rollout engine: (HF name, full tensor) pairs of the causal LM the engine loads, LoRA
+merged out of place (the trained adapter stays untouched). :func:`merged_policy_weights` reads an unsharded policy;
+:func:`gathered_policy_weights` gathers a ZeRO-3 partitioned one module by module — the same pairs, names and order,
+without ever holding the whole model on one rank.
 
 Gathering a partitioned parameter is a collective (``deepspeed.zero.GatheredParameters`` all-gathers it): every rank
 must walk the modules in the same order and consume the generator to the end, which the trainer does by calling
@@ -13,7 +14,29 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import torch
+from peft.tuners.lora import LoraLayer
 from torch import nn
+
+
+def merged_policy_weights(policy) -> Iterator[tuple[str, torch.Tensor]]:
+    """(HF name, full tensor) of every policy weight, LoRA merged: what the rollout engine loads, from an unsharded
+    policy (:func:`gathered_policy_weights` yields the same pairs from a ZeRO-3 partitioned one)."""
+    if not hasattr(policy, "peft_config"):
+        for k, v in policy.state_dict().items():
+            yield k, v.detach()
+        return
+    base = policy.get_base_model()
+    deltas = {}
+    for name, module in base.named_modules():
+        if isinstance(module, LoraLayer):
+            for adapter in module.active_adapters:
+                deltas[f"{name}.weight"] = module.get_delta_weight(adapter)
+    for k, v in base.state_dict().items():
+        if "lora_" in k:
+            continue
+        key = k.replace(".base_layer", "")
+        v = v.detach()
+        yield key, (v + deltas[key].to(v.dtype)) if key in deltas else v
 
 
 def gathered_policy_weights(policy: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
@@ -24,8 +47,6 @@ def gathered_policy_weights(policy: nn.Module) -> Iterator[tuple[str, torch.Tens
 
 
 def _walk(module: nn.Module, prefix: str) -> Iterator[tuple[str, torch.Tensor]]:
-    from peft.tuners.lora import LoraLayer
-
     if isinstance(module, LoraLayer):
         yield from _merged_lora(module, prefix)
         return
@@ -60,6 +81,6 @@ def _merged_lora(module, prefix: str) -> Iterator[tuple[str, torch.Tensor]]:
 
 def _gathered(params: list[nn.Parameter]):
     """All-gather partitioned parameters for reading (a no-op context for ordinary ones)."""
-    import deepspeed
+    import deepspeed  # optional (the deepspeed / gpu extras): only ZeRO-3 runs come here
 
     return deepspeed.zero.GatheredParameters(params, modifier_rank=None)

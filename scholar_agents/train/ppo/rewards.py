@@ -1,9 +1,28 @@
-"""The Crawler's reward (PaSa Eqs. 1–2)."""
+"""The Crawler's reward (PaSa Eqs. 1–2), all of it: the costs and α, the match indicator, every action of a batch
+rewarded with ONE batched Selector call, and the reward parts the logs show.
+
+The Selector's P("True") is a single-token reward model (PaSa §4.3): the new papers of all the batch's actions are
+judged together, and an action's reward is α · (papers gold or accepted) − c(action).
+"""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING
+
+from scholar_agents.pasa.actions import SEARCH
+from scholar_agents.papers.ids import norm_id
+
+if TYPE_CHECKING:
+    from scholar_agents.papers.paper import Paper
+    from scholar_agents.pasa.queries import ScholarQuery
+
+INVALID = "invalid"  # a response without any parsed action: one step, charged RewardConfig.cost_invalid
+
+# The samples below are :class:`.rollout.SessionSample` (untyped here: rollout.py builds them with these rewards,
+# and an annotation import back would close an import circle).
 
 
 @dataclass(frozen=True)
@@ -21,7 +40,7 @@ class RewardConfig:
 
     def cost(self, action_kind: str) -> float:
         costs = {"search": self.cost_search, "expand": self.cost_expand, "stop": self.cost_stop,
-                 "invalid": self.cost_invalid}
+                 INVALID: self.cost_invalid}
         if action_kind not in costs:
             raise ValueError(f"unknown action kind {action_kind!r}; expected one of {sorted(costs)}")
         return costs[action_kind]
@@ -53,3 +72,57 @@ def action_reward(
     """r(s_t, a_t) = α · Σ_i I(q, p_i, t) − c(a_t)  (Eq. 1). Returns (reward, number of matching papers)."""
     hits = sum(match_indicators(new_papers, gold, selector_accepts, cfg.use_selector))
     return cfg.alpha * hits - cfg.cost(action_kind), hits
+
+
+def gold_sets(queries: Sequence["ScholarQuery"]) -> dict[str, set[str]]:
+    """Each query's gold paper ids, normalised: the "gold" side of Eq. 2's indicator."""
+    return {q.qid: {norm_id(g) for g in q.gold_ids} for q in queries}
+
+
+def reward_actions(samples: Sequence, papers: Mapping[str, "Paper"], gold: dict[str, set[str]],
+                   selector, cfg: RewardConfig, search_name: str) -> None:
+    """r(s_t, a_t) (Eq. 1), its matching papers and its gold papers, set on every step of every sample. With
+    ``cfg.use_selector`` the Selector scores all new papers of the batch in ONE batched call, each action's papers
+    with the retriever that returned them (``search_name`` for a [Search]; selector=provenance judges a paper by the
+    evidence that retriever did not use)."""
+    requests, owners = [], []
+    for s in samples:
+        for st in s.steps:
+            if st.added and cfg.use_selector:
+                found_by = st.found_by or (search_name if st.kind == SEARCH else st.kind)
+                requests.append((s.record.user_query, [papers[p] for p in st.added if p in papers], found_by))
+                owners.append(st)
+    decisions: dict[int, list[bool]] = {}
+    if requests:
+        if selector is None:
+            raise ValueError("ppo.use_selector=true needs a Selector (selector_llm)")
+        for st, (_, plist, _), dec in zip(owners, requests, selector.accept_many(requests)):
+            accepted = {p.paper_id for p, d in zip(plist, dec) if d}
+            decisions[id(st)] = [p in accepted for p in st.added]
+    for s in samples:
+        g = gold.get(s.record.qid, set())
+        for st in s.steps:
+            ids = [norm_id(p) for p in st.added]
+            accepts = decisions.get(id(st), [False] * len(ids)) if cfg.use_selector else None
+            st.reward, st.hits = action_reward(st.kind, ids, g, accepts, cfg)
+            st.gold_hits = sum(p in g for p in ids)
+
+
+def reward_stats(samples: Sequence, cost_of) -> dict[str, float]:
+    """Per-session means of the reward parts (what the paper's Eq. 1 adds up), for the logs."""
+    n = max(len(samples), 1)
+    steps = [st for s in samples for st in s.steps]
+    kinds = Counter(st.kind for st in steps)
+    return {
+        "reward/session_reward": sum(s.reward for s in samples) / n,
+        "reward/hits": sum(st.hits for st in steps) / n,
+        "reward/gold_hits": sum(st.gold_hits for st in steps) / n,
+        "reward/selector_only_hits": sum(st.hits - st.gold_hits for st in steps) / n,
+        "reward/papers_added": sum(len(st.added) for st in steps) / n,
+        "reward/action_cost": sum(cost_of(st.kind) for st in steps) / n,
+        "rollout/actions_per_session": len(steps) / n,
+        "rollout/search_per_session": kinds.get("search", 0) / n,
+        "rollout/expand_per_session": kinds.get("expand", 0) / n,
+        "rollout/invalid_per_session": kinds.get(INVALID, 0) / n,
+        "rollout/bootstrapped_papers": sum(len(st.children) for st in steps) / n,
+    }

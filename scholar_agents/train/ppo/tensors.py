@@ -4,13 +4,13 @@ per-token log-probs / entropies / values read off that grid, and the splitting o
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from scholar_agents.runtime import collectives
-
 
 
 @dataclass
@@ -47,6 +47,32 @@ def pack(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int, devi
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     return Packed(ids.to(device), mask.to(device), pos.to(device), rids.to(device), rmask.to(device),
                   [len(r) for _, r in pairs])
+
+
+@dataclass(frozen=True)
+class Batcher:
+    """How this process feeds sessions to its models: packed with the tokenizer's ``pad_id`` on ``device``, the
+    forward passes under bf16 autocast where ``bf16`` (hardware that computes it natively)."""
+
+    pad_id: int
+    device: torch.device
+    bf16: bool
+
+    def pack(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Packed:
+        return pack(pairs, self.pad_id, self.device)
+
+    def dummy(self) -> Packed:
+        """A one-token batch: the forward pass a rank runs when it has nothing of its own, so that collectives
+        inside the model (ZeRO-3 gathers) line up."""
+        return pack([([self.pad_id], [self.pad_id])], self.pad_id, self.device)
+
+    def grid(self, rows: Sequence[np.ndarray], width: int) -> torch.Tensor:
+        return to_grid(rows, width, self.device)
+
+    def autocast(self) -> AbstractContextManager:
+        if not self.bf16:
+            return nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
 
 
 def response_logprobs(logits: torch.Tensor, response_ids: torch.Tensor) -> torch.Tensor:

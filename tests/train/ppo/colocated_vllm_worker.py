@@ -42,7 +42,8 @@ def main() -> int:
 
     from scholar_agents.llm import SamplingParams, build_llm
     from scholar_agents.llm.config import LLMConfig
-    from scholar_agents.train.ppo.rollout import RolloutEngine, merged_policy_weights
+    from scholar_agents.train.ppo.policy_weights import merged_policy_weights
+    from scholar_agents.train.ppo.rollout_engine import RolloutEngine
 
     engine = RolloutEngine(LLMConfig(backend="vllm", model=args.model, dtype="float32", max_model_len=512,
                                      enforce_eager=True, cpu_kvcache_space_gib=1, max_num_seqs=8),

@@ -53,7 +53,7 @@ class RecordingEngine:
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir, tmp_path_factory):
     pytest.importorskip("vllm")
-    from scholar_agents.train.ppo.rollout import RolloutEngine
+    from scholar_agents.train.ppo.rollout_engine import RolloutEngine
 
     cfg = LLMConfig(backend="vllm", model=str(tiny_model_dir), dtype="float32", max_model_len=512,
                     enforce_eager=True, cpu_kvcache_space_gib=1, max_num_seqs=8, max_num_batched_tokens=1024)
@@ -77,7 +77,7 @@ def test_a_sleeping_engine_wakes_weights_then_takes_the_push_then_wakes_its_kv_c
                                                                                      monkeypatch):
     from transformers import AutoModelForCausalLM
 
-    from scholar_agents.train.ppo.rollout import merged_policy_weights
+    from scholar_agents.train.ppo.policy_weights import merged_policy_weights
 
     calls: list[str] = []
     replica = engine.llm._replicas[0]
@@ -112,7 +112,7 @@ import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from scholar_agents.llm.config import LLMConfig
-from scholar_agents.train.ppo.rollout import RolloutEngine
+from scholar_agents.train.ppo.rollout_engine import RolloutEngine
 from scholar_agents.validation import UsageError
 
 dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)  # two ranks, in one process

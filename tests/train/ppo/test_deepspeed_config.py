@@ -85,8 +85,7 @@ from transformers import AutoModelForCausalLM
 
 from scholar_agents.train.ppo.config import PPOConfig
 from scholar_agents.train.ppo.deepspeed_config import fill_deepspeed_config, load_deepspeed_json, zero3_init
-from scholar_agents.train.ppo.policy_weights import gathered_policy_weights
-from scholar_agents.train.ppo.rollout import merged_policy_weights
+from scholar_agents.train.ppo.policy_weights import gathered_policy_weights, merged_policy_weights
 
 model_dir, conf, out, lora = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "lora"
 dist.init_process_group("gloo")
@@ -129,7 +128,7 @@ dist.barrier()
 @pytest.mark.skipif(not HAS_DEEPSPEED, reason="deepspeed not installed")
 @pytest.mark.parametrize("lora", ["full", "lora"])
 def test_zero3_gathered_policy_weights_equal_the_unsharded_policys(tiny_model_dir, tmp_path, lora):
-    """What ``PPOTrainer._policy_weights`` yields under ZeRO-3 (gathered_policy_weights) in 2 processes == what the
+    """What ``DeepSpeedEngine.policy_weights`` yields under ZeRO-3 (gathered_policy_weights) in 2 processes == what the
     unsharded policy yields (merged_policy_weights): the same names in the same order, the same values (LoRA merged
     into the base weights in both), while each rank holds only its shard before and after."""
     script = tmp_path / "gather.py"

@@ -27,19 +27,19 @@ def _update(tr, samples, targets, batch, forward_batch_size: int, grad_accum: in
     weights after it (by state-dict name: the same names here)."""
     tr.pcfg.forward_batch_size, tr.pcfg.grad_accum = forward_batch_size, grad_accum
     grads: list[dict[str, torch.Tensor]] = []
-    names = {id(q): n for n, q in tr.model.named_parameters()}
+    names = {id(q): n for n, q in tr.engine.model.named_parameters()}
 
     def record(optimizer, args, kwargs):  # observes the step: the gradient after the reduction, before clipping's use
         grads.append({names[id(q)]: q.grad.detach().clone() for grp in optimizer.param_groups for q in grp["params"]
                       if q.grad is not None})
 
-    handle = tr.optimizer.register_step_pre_hook(record)
+    handle = tr.engine.optimizer.register_step_pre_hook(record)
     try:
         stats = tr.update(samples, targets, batch, step=0, frozen=False)
     finally:
         handle.remove()
     assert stats["update/minibatches"] == 1 and len(grads) == 1
-    return grads[0], {k: v.detach().clone() for k, v in tr.model.state_dict().items()}
+    return grads[0], {k: v.detach().clone() for k, v in tr.engine.model.state_dict().items()}
 
 
 def test_forward_batch_split_does_not_change_the_update(tiny_model_dir, ppo_papers, tmp_path):
@@ -57,11 +57,11 @@ def test_forward_batch_split_does_not_change_the_update(tiny_model_dir, ppo_pape
             steps = [ActionStep("invalid", a, b, reward=-0.1 * (j + 1)) for j, (a, b) in enumerate(zip(starts, ends))]
             samples.append(SessionSample(record, steps))
         targets, batch, _ = tr.compute_targets(samples, frozen=False)
-        model0 = copy.deepcopy(tr.model.state_dict())
-        opt0 = copy.deepcopy(tr.optimizer.state_dict())
+        model0 = copy.deepcopy(tr.engine.model.state_dict())
+        opt0 = copy.deepcopy(tr.engine.optimizer.state_dict())
         g_split, w_split = _update(tr, samples, targets, batch, forward_batch_size=1, grad_accum=4)
-        tr.model.load_state_dict(model0)
-        tr.optimizer.load_state_dict(opt0)
+        tr.engine.model.load_state_dict(model0)
+        tr.engine.optimizer.load_state_dict(opt0)
         g_one, w_one = _update(tr, samples, targets, batch, forward_batch_size=4, grad_accum=1)
         assert g_split.keys() == g_one.keys() and len(g_one) > 0
         for k in g_one:

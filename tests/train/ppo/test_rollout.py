@@ -14,17 +14,14 @@ from scholar_agents.pasa.crawler import Crawler, CrawlerConfig
 from scholar_agents.pasa.queries import ScholarQuery
 from scholar_agents.pasa.selector import Selector
 from scholar_agents.train.ppo.config import PPOConfig
-from scholar_agents.train.ppo.rewards import RewardConfig
+from scholar_agents.train.ppo.rewards import INVALID, RewardConfig, gold_sets, reward_stats
 from scholar_agents.train.ppo.rollout import (
-    INVALID,
     QuerySampler,
     action_steps,
     build_samples,
     collect_crawls,
     collect_sessions,
     first_forced_crawl,
-    gold_sets,
-    reward_stats,
 )
 from scholar_agents.train.ppo.estimators import session_returns
 from scholar_agents.train.ppo.estimators import session_targets

@@ -35,18 +35,19 @@ def changed(before: dict, module) -> bool:
 def test_policy_frozen_first_then_cotrained_and_rollout_engine_synced(tiny_model_dir, ppo_papers, tmp_path):
     tr = make_trainer(tiny_model_dir, ppo_papers, tmp_path)
     try:
-        policy0, value0 = snapshot(tr.model.policy), snapshot(tr.model.value)
+        policy0, value0 = snapshot(tr.engine.model.policy), snapshot(tr.engine.model.value)
         m = tr.train_step(0)  # frozen: only V̂ learns
         assert m["actor/frozen"] == 1.0 and m["actor/kl_to_sft"] == 0.0 and "actor/pg_loss" not in m
-        assert not changed(policy0, tr.model.policy) and changed(value0, tr.model.value)
-        assert all(tr.optimizer.state.get(p) is None for p in tr.policy_params)  # no Adam state while frozen
+        assert not changed(policy0, tr.engine.model.policy) and changed(value0, tr.engine.model.value)
+        # no Adam state while frozen
+        assert all(tr.engine.optimizer.state.get(p) is None for p in tr.engine.policy_params)
         m = tr.train_step(1)  # co-training
-        assert m["actor/frozen"] == 0.0 and "actor/pg_loss" in m and changed(policy0, tr.model.policy)
+        assert m["actor/frozen"] == 0.0 and "actor/pg_loss" in m and changed(policy0, tr.engine.model.policy)
         # the rollout engine generates with the updated weights (in place, after the update)
-        for k, v in tr.model.policy.state_dict().items():
-            torch.testing.assert_close(tr.engine.llm.model.state_dict()[k], v)
+        for k, v in tr.engine.model.policy.state_dict().items():
+            torch.testing.assert_close(tr.rollout_engine.llm.model.state_dict()[k], v)
         # π_sft stays the starting checkpoint
-        assert not changed(policy0, tr.ref)
+        assert not changed(policy0, tr.engine.ref)
     finally:
         tr.close()
 
@@ -60,7 +61,7 @@ def test_one_update_decreases_the_clipped_surrogate_on_its_batch(tiny_model_dir,
 
         def surrogate() -> float:
             with torch.no_grad():
-                return sum(tr._micro_loss([s], [t], [lo], [v], False)[1]["actor/pg_loss"]
+                return sum(tr.updater.micro_loss([s], [t], [lo], [v], False)[1]["actor/pg_loss"]
                            for s, t, lo, v in zip(samples, targets, batch["logp_old"], batch["values_old"]))
 
         before = surrogate()
@@ -77,7 +78,7 @@ def test_exact_resume_after_a_preemption_signal(tiny_model_dir, ppo_papers, tmp_
     straight = make_trainer(tiny_model_dir, ppo_papers, tmp_path / "straight", eval_at_end="true", eval_every="2")
     try:
         summary = straight.train()
-        final_straight = snapshot(straight.model)
+        final_straight = snapshot(straight.engine.model)
     finally:
         straight.close()
     assert summary["eval"]["queries"] == 2 and "crawler_recall" in summary["eval"]
@@ -103,7 +104,7 @@ def test_exact_resume_after_a_preemption_signal(tiny_model_dir, ppo_papers, tmp_
     try:
         assert second.start_step == 2
         second.train()
-        final_split = snapshot(second.model)
+        final_split = snapshot(second.engine.model)
     finally:
         second.close()
 
@@ -123,20 +124,20 @@ def test_lora_reference_is_the_disabled_adapter_and_the_engine_gets_merged_weigh
     tr = make_trainer(tiny_model_dir, ppo_papers, tmp_path, policy_freeze_steps=0, total_steps=1,
                       **{"lora.enabled": "true", "lora.r": 4, "lora.alpha": 8})
     try:
-        assert tr.ref is None  # no second copy of the weights
-        base0 = {k: v.clone() for k, v in tr.model.policy.get_base_model().state_dict().items() if "lora_" not in k}
+        assert tr.engine.ref is None  # no second copy of the weights
+        base0 = {k: v.clone() for k, v in tr.engine.policy.get_base_model().state_dict().items() if "lora_" not in k}
         m = tr.train_step(0)
         assert m["actor/frozen"] == 0.0
         # only the adapter trained; the engine samples from base + B·A, exactly what merge_and_unload gives
-        for k, v in tr.model.policy.get_base_model().state_dict().items():
+        for k, v in tr.engine.model.policy.get_base_model().state_dict().items():
             if "lora_" not in k:
                 assert torch.equal(v, base0[k]), k
         import copy
 
         from safetensors.torch import load_file
 
-        merged = copy.deepcopy(tr.model.policy).merge_and_unload().state_dict()
-        engine = tr.engine.llm.model.state_dict()
+        merged = copy.deepcopy(tr.engine.model.policy).merge_and_unload().state_dict()
+        engine = tr.rollout_engine.llm.model.state_dict()
         for k, v in merged.items():
             torch.testing.assert_close(engine[k], v, atol=1e-6, rtol=1e-5)
         original = load_file(str(tiny_model_dir / "model.safetensors"))
@@ -204,9 +205,9 @@ def test_critic_free_estimators_train_whole_crawls_without_a_value_model(tiny_mo
     tr = make_trainer(tiny_model_dir, ppo_papers, tmp_path, estimator=estimator, group_size=2, policy_freeze_steps=1,
                       total_steps=1, kl_in_return=kl_in_return)
     try:
-        assert tr.pcfg.policy_freeze_steps == 0 and not tr.model.critic
-        assert tr.model.value is None and tr.model.value_head is None and tr.value_params == []
-        policy0 = snapshot(tr.model.policy)
+        assert tr.pcfg.policy_freeze_steps == 0 and not tr.engine.model.critic
+        assert tr.engine.model.value is None and tr.engine.model.value_head is None and tr.engine.value_params == []
+        policy0 = snapshot(tr.engine.model.policy)
         samples, m = tr.rollout(0)
         crawls = {s.crawl for s in samples}
         assert samples and crawls <= set(range(4)) and None not in crawls
@@ -217,8 +218,8 @@ def test_critic_free_estimators_train_whole_crawls_without_a_value_model(tiny_mo
             assert np.all(t.advantages == t.advantages[0]) and all(u.advantages[0] == t.advantages[0] for u in same)
         targets[0].advantages[:] = 1.0  # the tiny random policy's crawls often tie (all-invalid): force a gradient
         stats = tr.update(samples, targets, batch, step=0, frozen=False)
-        assert stats["actor/frozen"] == 0.0 and changed(policy0, tr.model.policy)
-        path, trained = tr.save(1), snapshot(tr.model.policy)
+        assert stats["actor/frozen"] == 0.0 and changed(policy0, tr.engine.model.policy)
+        path, trained = tr.save(1), snapshot(tr.engine.model.policy)
         assert (path / "policy").is_dir() and not (path / "value").exists()
     finally:
         tr.close()
@@ -228,8 +229,8 @@ def test_critic_free_estimators_train_whole_crawls_without_a_value_model(tiny_mo
     tr = make_trainer(tiny_model_dir, ppo_papers, tmp_path, estimator=estimator, group_size=2, total_steps=2,
                       kl_in_return=kl_in_return)
     try:  # resumes from the checkpoint without a value model, and trains on
-        assert tr.start_step == 1 and not tr.model.critic
-        torch.testing.assert_close(snapshot(tr.model.policy), trained)
+        assert tr.start_step == 1 and not tr.engine.model.critic
+        torch.testing.assert_close(snapshot(tr.engine.model.policy), trained)
         assert tr.train_step(1)["actor/frozen"] == 0.0
     finally:
         tr.close()
@@ -245,7 +246,7 @@ def test_critic_free_estimator_under_deepspeed_has_one_parameter_group(tiny_mode
     tr = make_trainer(tiny_model_dir, ppo_papers, tmp_path, estimator="grpo", group_size=2, total_steps=1,
                       deepspeed=str(CONF_DIR / "deepspeed" / f"{stage}.json"))
     try:
-        assert len(tr.scheduler.lr_lambdas) == 1 and tr.value_params == []
+        assert len(tr.engine.scheduler.lr_lambdas) == 1 and tr.engine.value_params == []
         m = tr.train_step(0)
         assert m["actor/frozen"] == 0.0 and m["critic/lr"] == 0.0 and "actor/pg_loss" in m
         assert not (tr.save(1) / "value").exists()
@@ -274,13 +275,13 @@ def test_training_queries_in_request_forms(tiny_model_dir, ppo_papers, tmp_path)
             assert asked.question == rewrite(plain.question, "multi_sentence") != plain.question
             assert asked.gold_ids == plain.gold_ids and asked.before == plain.before
         seen = []
-        original_generate = tr.engine.llm.generate
+        original_generate = tr.rollout_engine.llm.generate
 
         def spy(prompts, *a, **k):
             seen.extend(str(p) for p in prompts)
             return original_generate(prompts, *a, **k)
 
-        tr.engine.llm.generate = spy
+        tr.rollout_engine.llm.generate = spy
         tr.train_step(0)
         assert any(any(q.question in p for p in seen) for q in qs[1::2])  # a rewritten question was crawled
     finally:

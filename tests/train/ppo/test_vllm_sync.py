@@ -11,7 +11,8 @@ import torch
 
 from scholar_agents.llm import SamplingParams, build_llm
 from scholar_agents.llm.config import LLMConfig
-from scholar_agents.train.ppo.rollout import RolloutEngine, merged_policy_weights
+from scholar_agents.train.ppo.policy_weights import merged_policy_weights
+from scholar_agents.train.ppo.rollout_engine import RolloutEngine
 from tests.fixtures.vllm_server import untied_copy
 
 pytestmark = pytest.mark.vllm
