@@ -33,7 +33,7 @@ def run_table(run: Path) -> str:
                    f"{cell(c['crawler_recall_vs_recall_at_k'])} | {cell(c['equal_budget'])} |")
     for p in s.get("crawler_pairs", []):
         if p["row"].startswith("oracle") and p["minus"].startswith("oracle") or \
-                p["row"].startswith("agent_related") and p["minus"].startswith("agent"):
+                p["row"].startswith(("agent_related", "agent_rl")) and p["minus"].startswith("agent"):
             out.append(f"| {p['row']} | {p['minus']} (paired crawler recall) | {p['queries']} | | | | "
                        f"{cell(p['crawler_recall'])} | |")
     if s.get("rerank_pairs"):
