@@ -38,7 +38,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("train", "crawler_sft"): ("scholar_agents.train.crawler_sft:crawler_sft", "train_crawler_sft", "imitation learning for the PaSa Crawler on Table 8 sessions (TRL SFT, response-only loss)"),
     ("train", "export"): ("scholar_agents.train.export.command:train_export", "train_export", "merge LoRA, write an HF safetensors dir + tokenizer/chat template/generation config/model card, check it loads (optional hub push)"),
     ("train", "crawler_ppo"): ("scholar_agents.train.crawler_ppo:crawler_ppo", "train_crawler_ppo", "session-level PPO for the PaSa Crawler with the Selector as auxiliary reward (Eqs. 1-8, resumable, torchrun)"),
-    ("eval", "pasa"): ("scholar_agents.eval.pasa:pasa", "eval_pasa", "PaSa crawler recall / precision / recall@k vs search-only and paraphrase baselines, ablations"),
+    ("eval", "pasa"): ("scholar_agents.eval.pasa.command:pasa", "eval_pasa", "PaSa crawler recall / precision / recall@k vs search-only and paraphrase baselines, ablations"),
     ("plan", "crawler_ppo"): ("scholar_agents.train.plan_runs:plan", "plan", "per-GPU memory plan of `train crawler_ppo` with the same overrides (cluster=<name>); exits 1 naming the fix if it does not fit"),
     ("plan", "selector_sft"): ("scholar_agents.train.plan_runs:plan_sft", "plan_selector_sft", "per-GPU memory plan of `train selector_sft` with the same overrides (cluster=<name>); exits 1 naming the fix"),
     ("plan", "crawler_sft"): ("scholar_agents.train.plan_runs:plan_sft", "plan_crawler_sft", "per-GPU memory plan of `train crawler_sft` with the same overrides (cluster=<name>); exits 1 naming the fix"),

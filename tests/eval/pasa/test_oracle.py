@@ -1,10 +1,10 @@
-"""The gold-blind oracle (eval/pasa_oracle.py) on a world whose answer is known: the gold paper shares no word
+"""The gold-blind oracle (eval/pasa/oracle.py) on a world whose answer is known: the gold paper shares no word
 with the request, but an abstract of a paper the request finds names it, so only following that paper (a related
 search) reaches it; the oracle never reads the gold's title to write a search."""
 
 import pytest
 
-from scholar_agents.eval.pasa_oracle import gold_blind_oracle
+from scholar_agents.eval.pasa.oracle import gold_blind_oracle
 from scholar_agents.pasa.crawl_env import CrawlConfig
 from tests.fixtures.crawl import ZEBRA_PAPERS as PAPERS, ZEBRA_QUERY as Q, bm25_world
 
@@ -42,7 +42,7 @@ def test_eval_pasa_ceiling_and_rerank_rows(tmp_path, tmp_path_factory, tiny_mode
     re-rank" at the agent's number of papers, paired with the agent's ranked top 10."""
     import json
 
-    from scholar_agents.eval.pasa import pasa
+    from scholar_agents.eval.pasa.command import pasa
     from scholar_agents.hydra_app import compose
     from tests.fixtures.pasa_eval import tiny_eval_overrides
 

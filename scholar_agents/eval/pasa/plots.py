@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from scholar_agents.eval.pasa_metrics import METRIC_COLUMNS
+from scholar_agents.eval.pasa.metrics import METRIC_COLUMNS
 
 LABELS = {"crawler_recall": "crawler recall", "precision": "precision", "recall": "recall",
           "recall_at_100": "recall@100", "recall_at_50": "recall@50", "recall_at_20": "recall@20"}

@@ -2,7 +2,7 @@
 
 :func:`markdown_table` is the main table (PaSa Table 2's columns, each mean with its interval);
 :func:`comparisons_table`, :func:`crawler_pairs_table` and :func:`phrasing_table` render what
-``eval/pasa_stats.py`` computed; :func:`write_report` writes ``report.md`` and :func:`phrasing_report` rebuilds the
+``eval/pasa/stats.py`` computed; :func:`write_report` writes ``report.md`` and :func:`phrasing_report` rebuilds the
 per-form tables from finished runs' ``summary.json`` (for ``scripts/crawler_phrasings.sh`` and the demo report).
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from scholar_agents.eval.bootstrap import BootstrapConfig
-from scholar_agents.eval.pasa_metrics import METRIC_COLUMNS
-from scholar_agents.eval.pasa_rows import PHRASING_SEP, phrasing_of
+from scholar_agents.eval.pasa.metrics import METRIC_COLUMNS
+from scholar_agents.eval.pasa.rows import PHRASING_SEP, phrasing_of
 
 
 def _fmt(v: Optional[float], digits: int = 4) -> str:
@@ -193,7 +193,7 @@ def write_report(out: Path, summary: dict[str, dict], labels: dict[str, str], me
                  "not what a Crawler can learn.",
                  "- **Gold-blind oracle** (reachable): greedy choice against the gold, but only among searches a "
                  "policy could write from what it sees — the request's own candidates (topic, request, key "
-                 "phrases), then the related searches of the papers those found (`eval/pasa_oracle.py`), at the "
+                 "phrases), then the related searches of the papers those found (`eval/pasa/oracle.py`), at the "
                  "row's number of searches. Its gap over search-only is the headroom of choosing what to follow.",
                  ""]
     text += ["## Setting", ""]

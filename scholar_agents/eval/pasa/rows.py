@@ -19,11 +19,17 @@ from typing import Any, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from scholar_agents.eval.pasa_metrics import (
-    QueryMetrics, agent_metrics, gold_count, gold_ranks, ranking_metrics, recall,
+from scholar_agents.data_gen.crawler_sessions import CrawlerSessionsConfig
+from scholar_agents.data_gen.request_forms import FORMS, ORIGINAL
+from scholar_agents.data_gen.verified_teacher import candidate_queries, verify_queries
+from scholar_agents.eval.pasa.metrics import (
+    QueryMetrics, agent_metrics, gold_count, gold_ranks, ranking_metrics, recall, top_metrics,
 )
+from scholar_agents.papers.dated_docs import date_key, normalize_date
 from scholar_agents.papers.ids import norm_id
 from scholar_agents.pasa.queries import ScholarQuery
+from scholar_agents.pasa.ranking import RANKINGS, order
+from scholar_agents.validation import UsageError
 
 METHODS = ("search", "paraphrase", "verified_teacher", "gold_blind_oracle", "agent", "search_rerank")
 # PaSa §5.1 (search before the query date) | ours (search over the whole corpus, expansion still date-filtered)
@@ -86,8 +92,6 @@ def settings_of(setting: Optional[str], env_search_date_filter: bool = True) -> 
     if setting == "both":
         return list(SETTINGS)
     if setting not in SETTINGS:
-        from scholar_agents.validation import UsageError
-
         raise UsageError(f"setting must be date_filtered, whole_corpus, both or null, got {setting!r}")
     return [setting]
 
@@ -101,12 +105,8 @@ def row_specs(rows: Any, settings: Sequence[str] = ("date_filtered",),
         else rows
     base = [RowSpec(**r) for r in rows]
     if phrasings:
-        from scholar_agents.data_gen.request_forms import FORMS, ORIGINAL
-
         unknown = [f for f in phrasings if f not in FORMS]
         if unknown or len(set(phrasings)) != len(phrasings):
-            from scholar_agents.validation import UsageError
-
             raise UsageError(f"phrasings must be distinct request forms of {', '.join(FORMS)}; got {list(phrasings)}")
         base = [b if f == ORIGINAL else dataclasses.replace(b, name=f"{b.name}{PHRASING_SEP}{f}", phrasing=f,
                                                             label=f"{b.label or b.name} [{f}]")
@@ -157,16 +157,12 @@ class CandidateCounter:
     date counts as its first day, as the indexes do; undated papers pass when ``keep_undated``), or all of them."""
 
     def __init__(self, store, keep_undated: bool = True):
-        from scholar_agents.papers.dated_docs import date_key
-
         dates = store.dates()
         self._keys = sorted(date_key(d) for d in dates if d)
         self._undated = len(dates) - len(self._keys) if keep_undated else 0
         self.total = len(dates)
 
     def __call__(self, before: Optional[str]) -> int:
-        from scholar_agents.papers.dated_docs import date_key, normalize_date
-
         b = normalize_date(before)
         if b is None:
             return self.total
@@ -193,9 +189,6 @@ def orderings_metrics(gold: Sequence[str], result) -> dict[str, float]:
     """recall@10 and nDCG@10 of the agent's papers in each order of ``pasa/ranking.py`` (``<ranking>_recall_at_10``,
     ``<ranking>_ndcg_at_10``): the same crawl and the same scores, ordered three ways (issue 37 item 3). Empty
     without Selector scores or gold."""
-    from scholar_agents.eval.pasa_metrics import gold_count, top_metrics
-    from scholar_agents.pasa.ranking import RANKINGS, order
-
     if not gold_count(gold) or any(p.score is None for p in result.papers):
         return {}
     score = {p.paper_id: p.score for p in result.papers}
@@ -243,9 +236,6 @@ def teacher_rows(search, queries: Sequence[ScholarQuery], befores: Sequence[Opti
                  candidates: Sequence[int], search_k: int) -> list[dict]:
     """The verified teacher's searches as a row (an oracle: it reads the gold papers), with the data_gen defaults
     (``CrawlerSessionsConfig``) so that the row is the ceiling of the Crawler trained on that data."""
-    from scholar_agents.data_gen.crawler_sessions import CrawlerSessionsConfig
-    from scholar_agents.data_gen.verified_teacher import candidate_queries, verify_queries
-
     d = CrawlerSessionsConfig()
     t0 = time.perf_counter()
     cands = [candidate_queries(q.question, q.gold_titles, n_key_phrases=d.key_phrases, ngram=d.key_phrase_ngram,
@@ -266,7 +256,7 @@ def teacher_rows(search, queries: Sequence[ScholarQuery], befores: Sequence[Opti
 
 def oracle_rows(crawls, queries: Sequence[ScholarQuery], in_store: dict[str, int], candidates: Sequence[int],
                 wall: float) -> list[dict]:
-    """The gold-blind oracle's crawls (``eval/pasa_oracle.py``) as a row: crawler recall of every paper its kept
+    """The gold-blind oracle's crawls (``eval/pasa/oracle.py``) as a row: crawler recall of every paper its kept
     searches retrieved, the searches kept in each round."""
     out = []
     for q, c, n_cand in zip(queries, crawls, candidates):
@@ -284,9 +274,6 @@ def rerank_rows(rankings: Sequence[Sequence[str]], scores: Sequence[Sequence[flo
     query's search hits (``rankings``, the search's order) and the Selector's scores of them. The row's recall@k
     is of the Selector's order; ``crawl_*`` / ``selector_*`` / ``fusion_*`` at 10 are the three orders of
     ``pasa/ranking.py``, as for an agent row (the search's order standing for the crawl's)."""
-    from scholar_agents.eval.pasa_metrics import top_metrics
-    from scholar_agents.pasa.ranking import RANKINGS, order
-
     out = []
     for q, hits, sc, n_cand in zip(queries, rankings, scores, candidates):
         ranked = [hits[i] for i in order(list(sc), "selector")] if hits else []

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from scholar_agents.eval.pasa_rows import CandidateCounter, row_specs, settings_of
+from scholar_agents.eval.pasa.rows import CandidateCounter, row_specs, settings_of
 from scholar_agents.hydra_app import compose
 from scholar_agents.papers.paper import Paper
 from scholar_agents.papers.store import PaperStore
@@ -38,7 +38,7 @@ def test_settings_expand_the_rows_once_per_setting():
 
 
 def test_eval_pasa_both_settings_side_by_side(tmp_path, tmp_path_factory):
-    from scholar_agents.eval.pasa import pasa
+    from scholar_agents.eval.pasa.command import pasa
     from scholar_agents.papers.store import PaperStore
 
     out = tmp_path / "out"
@@ -80,7 +80,7 @@ def test_eval_pasa_both_settings_side_by_side(tmp_path, tmp_path_factory):
 def test_report_env_line_follows_the_setting_the_rows_ran():
     """A whole-corpus-only run reports the env's search date filter as off (the rows searched the whole corpus),
     whatever crawler.env.search_date_filter says; a date-filtered run keeps it; the input is not modified."""
-    from scholar_agents.eval.pasa import _as_run
+    from scholar_agents.eval.pasa.command import _as_run
 
     desc = {"crawler env": {"search_date_filter": True, "search_k": 10}, "search": "bm25",
             "date filter": "before each query's date"}
@@ -98,7 +98,7 @@ def test_a_crawler_switch_added_later_with_its_default_does_not_block_a_resume(t
     switch keeps its default; set otherwise, it is a different row and is refused."""
     import json
 
-    from scholar_agents.eval.pasa import _check_identity
+    from scholar_agents.eval.pasa.command import _check_identity
 
     new = {"method": "agent", "crawler.env": {"search_k": 10, "search_user_query": False},
            "crawler.policy": {"max_new_tokens": 96}}

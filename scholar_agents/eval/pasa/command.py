@@ -23,7 +23,7 @@ Outputs under the run directory: ``per_query/<row>.jsonl`` (one line per query; 
 and citation source), ``metrics.png``, ``recall_vs_actions.png``.
 
 This module is the command: the task function, the resumable runner and each row's recorded identity. The
-rows are ``eval/pasa_rows.py``, the statistics ``eval/pasa_stats.py``, the Markdown ``eval/pasa_report.py``.
+rows are ``eval/pasa/rows.py``, the statistics ``eval/pasa/stats.py``, the Markdown ``eval/pasa/report.py``.
 """
 
 from __future__ import annotations
@@ -37,18 +37,34 @@ from typing import Any, Callable, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
+from scholar_agents.data_gen.request_forms import rewrite_query
 from scholar_agents.eval.bootstrap import BootstrapConfig
-from scholar_agents.eval.pasa_report import write_report
-from scholar_agents.eval.pasa_rows import (  # noqa: I001
-    CandidateCounter, RowSpec, agent_rows, gold_in_store, oracle_rows, rerank_rows, row_specs, search_rows,
-    settings_of, teacher_rows,
+from scholar_agents.eval.pasa.metrics import RECALL_KS
+from scholar_agents.eval.pasa.oracle import gold_blind_oracle
+from scholar_agents.eval.pasa.plots import metrics_bars, recall_vs_actions
+from scholar_agents.eval.pasa.report import write_report
+from scholar_agents.eval.pasa.rows import (  # noqa: I001
+    CandidateCounter, METHODS, PHRASING_SEP, RowSpec, WHOLE_CORPUS_SUFFIX, agent_rows, gold_in_store, oracle_rows,
+    rerank_rows, row_specs, search_rows, settings_of, teacher_rows,
 )
-from scholar_agents.eval.pasa_stats import comparisons, crawler_pairs, ranking_pairs, rerank_pairs, summarize
-from scholar_agents.pasa.queries import ScholarQuery
+from scholar_agents.eval.pasa.stats import comparisons, crawler_pairs, ranking_pairs, rerank_pairs, summarize
+from scholar_agents.papers.index import KINDS
+from scholar_agents.pasa.baselines import paraphrase_queries, search_rankings
+from scholar_agents.pasa.crawl_env import CrawlConfig
+from scholar_agents.pasa.crawler import CrawlerConfig
+from scholar_agents.pasa.kinds import check_kinds
+from scholar_agents.pasa.queries import ScholarQuery, load_queries
+from scholar_agents.pasa.ranking import RANKINGS
+from scholar_agents.pasa.resources import Resources
+from scholar_agents.pasa.selector import SelectorPair
 from scholar_agents.pasa.trajectory import write_trajectories
 from scholar_agents.runtime.progress import progress_bar
+from scholar_agents.runtime.run_dir import run_dir
 from scholar_agents.typed_config import typed
-from scholar_agents.validation import UsageError, jsonl_records
+from scholar_agents.validation import (
+    UsageError, check_queries_group, existing_dir, jsonl_records, one_of, optional_positive_int, positive_int,
+    positive_ints, reading,
+)
 
 log = logging.getLogger(__name__)
 
@@ -112,9 +128,6 @@ def row_identity(spec: RowSpec, cfg: DictConfig, search_kind: Optional[str] = No
 def _with_new_defaults(old: dict[str, Any], identity: dict[str, Any]) -> dict[str, Any]:
     """``old`` with the crawler switches added since it was recorded filled in, where the current value is the
     switch's default (the behaviour the old run had): a new field with its default does not block a resume."""
-    from scholar_agents.pasa.crawl_env import CrawlConfig
-    from scholar_agents.pasa.crawler import CrawlerConfig
-
     old = dict(old)
     for key, schema in (("crawler.env", CrawlConfig), ("crawler.policy", CrawlerConfig)):
         if not isinstance(old.get(key), dict) or not isinstance(identity.get(key), dict):
@@ -197,11 +210,6 @@ def check_rows(rows: Any, resume_dir: Optional[str] = None) -> None:
     """Each ``rows[]`` entry's fields and names, before any row runs: an unknown method, search kind or ranking,
     or a ``budget_of`` naming no earlier row, otherwise fails only when its row's turn comes, after the rows
     before it have crawled (a row of ``resume_dir`` with results also counts as run)."""
-    from scholar_agents.eval.pasa_rows import METHODS, PHRASING_SEP, WHOLE_CORPUS_SUFFIX, RowSpec
-    from scholar_agents.papers.index import KINDS
-    from scholar_agents.pasa.ranking import RANKINGS
-    from scholar_agents.validation import UsageError, one_of, optional_positive_int
-
     rows = OmegaConf.to_container(rows, resolve=True) if OmegaConf.is_config(rows) else rows
     if not isinstance(rows, list) or not rows:
         raise UsageError(f"rows must be a non-empty list of rows, e.g. rows='[{{name: bm25, method: search}}]', "
@@ -235,19 +243,7 @@ def check_rows(rows: Any, resume_dir: Optional[str] = None) -> None:
 
 def pasa(cfg: DictConfig) -> dict:
     """The ``eval pasa`` task."""
-    from scholar_agents.runtime.run_dir import run_dir
-    from scholar_agents.pasa.queries import load_queries
-    from scholar_agents.pasa.resources import Resources
-    from scholar_agents.eval.pasa_plots import metrics_bars, recall_vs_actions
-
-    from scholar_agents.eval.pasa_metrics import RECALL_KS
-    from scholar_agents.validation import (
-        UsageError, check_queries_group, existing_dir, positive_int, positive_ints, reading,
-    )
-
     check_queries_group(cfg.queries)
-    from scholar_agents.pasa.kinds import check_kinds
-
     check_kinds(cfg)
     check_rows(cfg.rows, cfg.get("resume_dir"))
     positive_ints(cfg.ks, "ks")
@@ -273,8 +269,6 @@ def pasa(cfg: DictConfig) -> dict:
 
     def run_chunk(spec: RowSpec, chunk: list[ScholarQuery]) -> tuple[list[dict], Any]:
         if spec.phrasing:  # the same queries (qid, date, gold) asked in a request form (issue 29)
-            from scholar_agents.data_gen.request_forms import rewrite_query
-
             chunk = [rewrite_query(q, spec.phrasing) for q in chunk]
         # the before-date of this row's searches: the query's (PaSa §5.1) or none (whole corpus); expansion keeps
         # crawler.env.date_filter_expand either way
@@ -285,9 +279,6 @@ def pasa(cfg: DictConfig) -> dict:
             return teacher_rows(res.search(spec.search), chunk, befores, in_store, candidates,
                                 int(cfg.crawler.env.search_k)), None
         if spec.method == "gold_blind_oracle":
-            from scholar_agents.eval.pasa_oracle import gold_blind_oracle
-            from scholar_agents.pasa.crawl_env import CrawlConfig
-
             env_cfg = typed(CrawlConfig, cfg.crawler.env, "crawler.env")
             budget = spec.max_searches or env_cfg.max_actions or 5
             t0 = time.perf_counter()
@@ -296,9 +287,6 @@ def pasa(cfg: DictConfig) -> dict:
             wall = (time.perf_counter() - t0) / max(len(chunk), 1)
             return oracle_rows(crawls, chunk, in_store, candidates, wall), None
         if spec.method == "search_rerank":
-            from scholar_agents.pasa.baselines import search_rankings
-            from scholar_agents.pasa.selector import SelectorPair
-
             if spec.budget_of:  # the same number of papers as that row's crawl, query by query
                 budget = {r["qid"]: int(r.get("n_queue") or 0)
                           for r in _read_done(out / "per_query" / f"{spec.budget_of}.jsonl").values()}
@@ -332,12 +320,9 @@ def pasa(cfg: DictConfig) -> dict:
             texts = [q.question for q in chunk]
             extra: list[dict] = [{} for _ in chunk]
             if spec.method == "paraphrase":
-                from scholar_agents.pasa.baselines import paraphrase_queries
-
                 paras = paraphrase_queries(res.llm(spec.crawler_model), chunk)
                 texts = [p.query for p in paras]
                 extra = [{"searched": p.query, "fallback": p.fallback} for p in paras]
-            from scholar_agents.pasa.baselines import search_rankings
 
             rankings = search_rankings(search, texts, befores, k=max(cfg.ks))
             rows = search_rows(rankings, chunk, in_store, time.perf_counter() - t0, candidates)

@@ -87,8 +87,6 @@ def recall_at_depth(ranks: Sequence[int], n_gold: int, k: int) -> float:
 def ndcg_at_k(gold: Iterable[str], ranking: Sequence[str], k: int) -> float:
     """Binary-relevance nDCG@k (Järvelin & Kekäläinen 2002): Σ rel_i / log2(i + 1) over the top k, over the ideal
     list's (min(k, |gold|) relevant papers first)."""
-    import math
-
     g = _gold(gold)
     if not g:
         raise ValueError("nDCG of a query without gold papers is undefined")

@@ -10,7 +10,7 @@ from tests.fixtures.pasa_eval import tiny_eval_overrides
 
 
 def test_eval_pasa_rows_report_and_resume(tmp_path, tmp_path_factory, tiny_model_dir):
-    from scholar_agents.eval.pasa import pasa
+    from scholar_agents.eval.pasa.command import pasa
 
     out = tmp_path / "out"
     rows = ('[{name: search_bm25, method: search, search: bm25}, '
@@ -64,7 +64,7 @@ def test_eval_pasa_rows_report_and_resume(tmp_path, tmp_path_factory, tiny_model
 def test_resume_drops_only_a_cut_off_last_line(tmp_path):
     """The per-query file of a killed run: its last line may be cut (dropped, the file rewritten without it); a broken
     line anywhere else, or two at the end, is an error naming the first one."""
-    from scholar_agents.eval.pasa import _read_done
+    from scholar_agents.eval.pasa.command import _read_done
 
     f = tmp_path / "row.jsonl"
     good = '{"qid": "a", "recall": 1}\n\n{"qid": "b", "recall": 0}\n'
@@ -88,14 +88,14 @@ def test_a_wrong_bootstrap_value_is_one_line_before_any_model_loads(tmp_path, tm
     error names the key, and nothing is loaded or written."""
     import pytest
 
-    from scholar_agents.eval import pasa as eval_pasa
+    from scholar_agents.eval.pasa import command as eval_pasa
     from scholar_agents.hydra_app import compose
     from scholar_agents.validation import UsageError
 
     def never(*a, **k):
         raise AssertionError("Resources was built before the config was checked")
 
-    monkeypatch.setattr("scholar_agents.pasa.resources.Resources", never)
+    monkeypatch.setattr(eval_pasa, "Resources", never)
     out = tmp_path / "out"
     overrides = tiny_eval_overrides(tmp_path_factory, out, "unused-model", "[{name: s, method: search}]",
                                     "bootstrap.samples=many")

@@ -9,7 +9,7 @@ from tests.fixtures.pasa_eval import tiny_eval_overrides
 
 
 def test_eval_pasa_phrasings_count_valid_searches_and_fallbacks(tmp_path, tmp_path_factory, tiny_model_dir):
-    from scholar_agents.eval.pasa import pasa
+    from scholar_agents.eval.pasa.command import pasa
 
     out = tmp_path / "out"
     rows = ('[{name: search_bm25, method: search, search: bm25}, '

@@ -3,11 +3,11 @@
 import pytest
 
 from scholar_agents.eval.bootstrap import BootstrapConfig
-from scholar_agents.eval.pasa_metrics import (
+from scholar_agents.eval.pasa.metrics import (
     agent_metrics, mean_metrics, precision, recall, recall_at_k,
 )
-from scholar_agents.eval.pasa_report import markdown_table
-from scholar_agents.eval.pasa_stats import summarize
+from scholar_agents.eval.pasa.report import markdown_table
+from scholar_agents.eval.pasa.stats import summarize
 
 GOLD = ["1111.0001", "2222.0002v3", "3333.0003", "4444.0004"]
 
@@ -58,12 +58,12 @@ def test_means_ignore_missing_metrics_and_table_shows_dashes():
 
 
 def test_a_search_rows_top_10_from_its_gold_ranks_matches_the_ranked_metrics():
-    """pasa_stats._search_top rebuilds recall@10 / nDCG@10 of a plain search from its gold ranks (all the per-query
+    """stats._search_top rebuilds recall@10 / nDCG@10 of a plain search from its gold ranks (all the per-query
     file keeps); it must equal the metrics computed on the ranking itself."""
     import pytest
 
-    from scholar_agents.eval.pasa_metrics import gold_ranks, ndcg_at_k, recall_at_k
-    from scholar_agents.eval.pasa_stats import _search_top
+    from scholar_agents.eval.pasa.metrics import gold_ranks, ndcg_at_k, recall_at_k
+    from scholar_agents.eval.pasa.stats import _search_top
 
     gold = ["g1", "g2", "g3"]
     ranking = ["x1", "g2", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "g1", "x10", "g3"]

@@ -4,16 +4,17 @@
 (``eval/bootstrap.py``); :func:`comparisons` pairs every crawling row (agent or verified teacher) with every
 search-only row of the same setting and phrasing on the queries both ran (crawler recall vs the search's recall@k,
 and at equal budget); :func:`crawler_pairs` pairs crawling rows with each other (e.g. after PPO minus after SFT).
-The per-query metrics themselves are ``eval/pasa_metrics.py``; the Markdown is ``eval/pasa_report.py``.
+The per-query metrics themselves are ``eval/pasa/metrics.py``; the Markdown is ``eval/pasa/report.py``.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from scholar_agents.eval.bootstrap import BootstrapConfig, mean_ci, paired_diff
-from scholar_agents.eval.pasa_metrics import METRIC_COLUMNS, mean_metrics, recall_at_depth
-from scholar_agents.eval.pasa_rows import group_of, phrasing_of, setting_of
+from scholar_agents.eval.pasa.metrics import METRIC_COLUMNS, RANK_K, mean_metrics, recall_at_depth
+from scholar_agents.eval.pasa.rows import group_of, phrasing_of, setting_of
 
 
 def summarize(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = BootstrapConfig()) -> dict[str, dict]:
@@ -114,8 +115,6 @@ def crawler_pairs(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = B
 def ranking_pairs(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = BootstrapConfig()) -> list[dict]:
     """For each agent row with Selector scores: the Selector's order and the fusion against the crawl's own order,
     recall@10 and nDCG@10 of the final list, paired over the row's queries (issue 37 item 3)."""
-    from scholar_agents.eval.pasa_metrics import RANK_K
-
     out = []
     for name, rows in rows_by_name.items():
         rows = [r for r in rows if r.get(f"crawl_recall_at_{RANK_K}") is not None]
@@ -131,9 +130,7 @@ def ranking_pairs(rows_by_name: dict[str, list[dict]], boot: BootstrapConfig = B
 
 
 def _search_top(row: dict, k: int) -> dict[str, float]:
-    """A plain search row's recall@k and nDCG@k from its gold ranks (the same definitions as pasa_metrics')."""
-    import math
-
+    """A plain search row's recall@k and nDCG@k from its gold ranks (the same definitions as eval/pasa/metrics.py)."""
     ranks, n = row["gold_ranks"], row["n_gold_ids"]
     ideal = sum(1.0 / math.log2(i + 2) for i in range(min(k, n)))
     return {f"recall_at_{k}": recall_at_depth(ranks, n, k),
@@ -148,8 +145,6 @@ def rerank_pairs(rows_by_name: dict[str, list[dict]], methods: dict[str, str],
     - each plain search row's own top 10 (``minus_kind: search``: the search the agent wraps, the user's words);
     - each "search, then Selector re-rank" row (``minus_kind: search_rerank``) at the number of papers it searched.
     ``methods``: row name -> its method."""
-    from scholar_agents.eval.pasa_metrics import RANK_K
-
     out = []
     for a_name, a_rows in rows_by_name.items():
         if methods.get(a_name) != "agent":
