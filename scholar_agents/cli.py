@@ -25,7 +25,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("eval", "ideas"): ("scholar_agents.eval.ideas:eval_ideas", "scipip_eval_ideas", "LLM-judge idea ratings (% >= 4 per metric) and pairwise win rates"),
     ("thought", "run"): ("scholar_agents.thought.commands:run", "thought_run", "Thought-Retriever over a query file: batch / served mode, sharded answer + ordered merge"),
     ("thought", "calibrate"): ("scholar_agents.thought.calibrate:calibrate", "thought_calibrate", "cosine quantiles of the configured embedder on a corpus, to carry thresholds (ε 0.85, SciPIP's τ 0.8) to it"),
-    ("data_gen", "autoscholarquery"): ("scholar_agents.data_gen.autoscholarquery:autoscholarquery", "data_gen_autoscholarquery", "AutoScholarQuery from related-work sections (PaSa Table 16): PaSa JSONL splits + stats (resumable)"),
+    ("data_gen", "autoscholarquery"): ("scholar_agents.data_gen.autoscholarquery.command:autoscholarquery", "data_gen_autoscholarquery", "AutoScholarQuery from related-work sections (PaSa Table 16): PaSa JSONL splits + stats (resumable)"),
     ("data_gen", "crawler_sessions"): ("scholar_agents.data_gen.crawler_sessions:crawler_sessions", "data_gen_crawler_sessions", "Crawler imitation sessions (PaSa App. A.1): [Search]/[Expand] chats for SFT (resumable)"),
     ("data_gen", "selector_pairs"): ("scholar_agents.data_gen.selector_pairs:selector_pairs", "data_gen_selector_pairs", "Selector SFT pairs (PaSa App. B): teacher-labelled positives + simulated-crawl negatives (resumable)"),
     ("data_gen", "crawl_tasks"): ("scholar_agents.data_gen.crawl_tasks:crawl_tasks", "data_gen_crawl_tasks", "Known-answer crawl tasks for PPO learning tests (one_hop / two_hops / cost / selector): corpus, queries, uniform SFT sessions"),

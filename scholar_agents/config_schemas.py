@@ -4,7 +4,7 @@ starting with ``defaults: [base_<group>, _self_]`` is type-checked against its d
 Add one line per schema; the dataclass lives next to the code it configures.
 """
 
-from scholar_agents.data_gen.autoscholarquery import AutoScholarQueryConfig
+from scholar_agents.data_gen.autoscholarquery.command import AutoScholarQueryConfig
 from scholar_agents.data_gen.crawl_tasks import CrawlTaskConfig
 from scholar_agents.data_gen.crawler_sessions import CrawlerSessionsConfig
 from scholar_agents.data_gen.selector_pairs import SelectorPairsConfig

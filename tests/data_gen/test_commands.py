@@ -18,7 +18,7 @@ from typing import ClassVar
 
 import pytest
 
-from scholar_agents.data_gen.autoscholarquery import autoscholarquery
+from scholar_agents.data_gen.autoscholarquery.command import autoscholarquery
 from scholar_agents.data_gen.crawler_sessions import crawler_sessions
 from scholar_agents.data_gen.selector_pairs import selector_pairs
 from scholar_agents.hydra_app import compose

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from scholar_agents.data_gen.answers import read_items
 from scholar_agents.data_gen.llm_json import parse_llm_json, strict_json_ok
 from scholar_agents.data_gen.passages import CitedPassage
-from scholar_agents.pasa.prompts import AUTOSCHOLARQUERY_EXAMPLE, AUTOSCHOLARQUERY_GENERATION
+from scholar_agents.llm import SamplingParams
+from scholar_agents.llm.constraints import OutputConstraint
+from scholar_agents.pasa.prompts import AUTOSCHOLARQUERY_EXAMPLE, AUTOSCHOLARQUERY_GENERATION, autoscholarquery_schema
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +70,6 @@ def generate_shard(llm, passages: list[CitedPassage], dg, budget: int, seed: int
     """One batched LLM call over the shard's passages. A shard keeps only what the LLM cost: the passage and the
     raw output (prefix included); parsing happens at assembly (:func:`parse_record`), so an improved parser
     re-reads finished shards without a single LLM call."""
-    from scholar_agents.llm import SamplingParams
-
     stats: Counter = Counter()
     examples = [FewShotExample(**dict(e)) for e in dg.fewshot.examples][: int(dg.fewshot.num_examples)]
     prompts, todo, records = [], [], []
@@ -102,10 +102,6 @@ def _generate(llm, prompts: list, n_citations: list[int], params, dg) -> list:
     passage's number of citations), results in the prompts' order."""
     if not dg.get("constrained", False):
         return llm.generate(prompts, params)
-    from dataclasses import replace
-
-    from scholar_agents.llm.constraints import OutputConstraint
-    from scholar_agents.pasa.prompts import autoscholarquery_schema
 
     out: list = [None] * len(prompts)
     groups: dict[int, list[int]] = defaultdict(list)

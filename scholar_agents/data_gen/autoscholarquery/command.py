@@ -9,9 +9,9 @@
    source paper as the query date"), split train/dev/test by source paper, write PaSa's JSONL format and a stats
    report (Table 11's answers per query, parse failures by kind, resolution rate by method).
 
-This module is the command and its config (:class:`AutoScholarQueryConfig`); step 1 is
-``autoscholarquery_inputs.py``, step 2 and the parsing ``autoscholarquery_generation.py``, step 3's resolution,
-filters and splits ``autoscholarquery_assembly.py``, the stats report ``autoscholarquery_report.py``.
+This module is the command and its config (:class:`AutoScholarQueryConfig`); beside it in this folder, step 1 is
+``inputs.py``, step 2 and the parsing ``generation.py``, step 3's resolution, filters and splits ``assembly.py``, the
+stats report ``report.py``.
 """
 
 from __future__ import annotations
@@ -26,14 +26,17 @@ from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from scholar_agents.data_gen.autoscholarquery_assembly import SplitConfig, assemble
-from scholar_agents.data_gen.autoscholarquery_generation import FewShotConfig, generate_shard, parse_record
-from scholar_agents.data_gen.autoscholarquery_inputs import AutoScholarQueryInputs, collect_passages
-from scholar_agents.data_gen.autoscholarquery_report import parsing_stats, stats_markdown
+from scholar_agents.data_gen.autoscholarquery.assembly import SplitConfig, assemble
+from scholar_agents.data_gen.autoscholarquery.generation import FewShotConfig, generate_shard, parse_record
+from scholar_agents.data_gen.autoscholarquery.inputs import AutoScholarQueryInputs, collect_passages
+from scholar_agents.data_gen.autoscholarquery.report import parsing_stats, stats_markdown
 from scholar_agents.data_gen.citation_resolution import CitationResolver, ResolutionConfig
+from scholar_agents.data_gen.paper_access import open_store
 from scholar_agents.data_gen.passages import DEFAULT_RELATED_WORK_HEADINGS
 from scholar_agents.data_gen.shards import LazyLLM, ShardedRun, run_shards, write_json, write_jsonl
+from scholar_agents.pasa.prompts import autoscholarquery_schema
 from scholar_agents.typed_config import typed
+from scholar_agents.validation import existing_file, optional_positive_int, reading
 
 log = logging.getLogger(__name__)
 
@@ -99,17 +102,11 @@ def _fingerprint(cfg: DictConfig) -> dict:
 
 def _schema_sha(dg) -> str:
     """Identifies the decoding schema (caps included) so that shards made under another schema are not reused."""
-    from scholar_agents.pasa.prompts import autoscholarquery_schema
-
     schema = autoscholarquery_schema(1, int(dg.max_questions), int(dg.max_question_chars))
     return hashlib.sha256(json.dumps(schema, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def autoscholarquery(cfg: DictConfig) -> dict:
-    from scholar_agents.data_gen.paper_access import open_store
-
-    from scholar_agents.validation import existing_file, optional_positive_int, reading
-
     dg = cfg.data_gen
     # typed before any passage is read or prompt sent: a bad value ends the command here, not after the LLM calls
     resolution = typed(ResolutionConfig, dg.resolution, "data_gen.resolution")

@@ -13,6 +13,7 @@ from scholar_agents.data_gen.latex_passages import LatexSource, passages_from_la
 from scholar_agents.data_gen.passages import CitedPassage, passages_from_paper, related_work_matcher
 from scholar_agents.data_gen.research_town_passages import iter_research_town, passages_from_research_town
 from scholar_agents.data_gen.unarxive_passages import passages_from_unarxive
+from scholar_agents.papers.loaders import load_pasa_db
 from scholar_agents.validation import jsonl_records
 
 
@@ -28,7 +29,8 @@ class AutoScholarQueryInputs:
 
 def collect_passages(dg) -> tuple[list[CitedPassage], Counter]:
     """Every input's related-work passages in input order, and counts of source papers by format. ``dg``: the
-    ``data_gen`` config (:class:`~scholar_agents.data_gen.autoscholarquery.AutoScholarQueryConfig` or its node)."""
+    ``data_gen`` config (:class:`~scholar_agents.data_gen.autoscholarquery.command.AutoScholarQueryConfig` or its
+    node)."""
     headings = related_work_matcher(list(dg.related_work_headings))
     kw = dict(headings=headings, max_chars=int(dg.max_passage_chars), min_citations=int(dg.min_citations))
     passages: list[CitedPassage] = []
@@ -46,8 +48,6 @@ def collect_passages(dg) -> tuple[list[CitedPassage], Counter]:
         sources["latex_papers"] += 1
         passages += passages_from_latex(LatexSource(**dict(src)), **kw)
     if inputs.pasa_db:
-        from scholar_agents.papers.loaders import load_pasa_db
-
         for paper in load_pasa_db([str(p) for p in inputs.pasa_db], stubs_for_missing=False):
             sources["pasa_db_papers"] += 1
             passages += passages_from_paper(paper, **kw)

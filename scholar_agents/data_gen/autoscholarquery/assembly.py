@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 from omegaconf import DictConfig
+from rapidfuzz import fuzz
 
 from scholar_agents.data_gen.answers import normalize_question
 from scholar_agents.data_gen.citation_resolution import METHODS, UNRESOLVED, CitationResolver
@@ -73,7 +74,6 @@ def fewshot_questions(dg) -> list[str]:
 def _copies_fewshot(key: str, shots: list[str], min_score: float | None) -> bool:
     if min_score is None or not shots:
         return False
-    from rapidfuzz import fuzz
 
     return max(fuzz.ratio(key, s) for s in shots) >= float(min_score)
 
