@@ -14,7 +14,7 @@ from scholar_agents.papers.corpus import PapersConfig
 from scholar_agents.papers.index import SearchConfig
 from scholar_agents.papers.live.fulltext import ExpandConfig
 from scholar_agents.runtime.cluster import ClusterConfig
-from scholar_agents.pasa.selector import SelectorConfig
+from scholar_agents.pasa.selectors.llm import SelectorConfig
 from scholar_agents.pasa.serve.config import ServeConfig
 from scholar_agents.scipip.config import SciPIPConfig
 from scholar_agents.thought.config import ThoughtConfig

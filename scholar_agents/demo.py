@@ -77,7 +77,7 @@ def _select_stage(cfg: DictConfig, search_results: Path, gold: dict[str, set[str
     from scholar_agents.llm import build_llm
     from scholar_agents.papers.corpus import to_papers_config
     from scholar_agents.papers.store import PaperStore
-    from scholar_agents.pasa.selector import Selector, SelectorPair
+    from scholar_agents.pasa.selectors.llm import Selector, SelectorPair
 
     data = json.loads(search_results.read_text())
     pcfg = to_papers_config(cfg.papers)

@@ -15,8 +15,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
+from scholar_agents.pasa.selectors.factory import describe_selector
 from scholar_agents.typed_config import typed
-from scholar_agents.pasa.selector_factory import describe_selector
 
 
 log = logging.getLogger(__name__)
@@ -246,7 +246,7 @@ class Resources:
         return self._llm_from(self.cfg.llm, model, role="crawler", adapter=adapter)
 
     def selector(self):
-        from scholar_agents.pasa.selector_factory import build_selector
+        from scholar_agents.pasa.selectors.factory import build_selector
 
         if self._selector is None:  # selector.kind=cross_encoder builds no LLM
             node = self.cfg.get("selector_llm") or self.cfg.llm

@@ -30,8 +30,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from scholar_agents.llm.lora_delta import encoder_module, lora_delta, merge_delta
-from scholar_agents.pasa.pair_judge import pair_text
-from scholar_agents.pasa.selector import SelectorPair, truncate_abstract
+from scholar_agents.pasa.selectors.llm import SelectorPair, truncate_abstract
+from scholar_agents.pasa.selectors.pair_judge import pair_text
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
-from scholar_agents.pasa.selector import SelectorPair
+from scholar_agents.pasa.selectors.llm import SelectorPair
 
 
 def task_inputs(cfg, config_cls) -> tuple[list[SelectorPair], object]:

@@ -5,7 +5,7 @@ The encoder starts from the embedded all-MiniLM-L6-v2 (``embedded:minilm``, from
 downloaded) with a fresh 1-logit head. The TRAIN queries are split again by query: ``dev_fraction`` of them are held
 out of the gradient and used to fit the decision threshold (best F1 on dev), stored with the dev precision / recall /
 AUC in ``selector_meta.json`` beside ``model.safetensors``, ``config.json`` and the tokenizer.
-:class:`~scholar_agents.pasa.cross_encoder.CrossEncoderSelector` loads the directory (``selector=cross_encoder
+:class:`~scholar_agents.pasa.selectors.cross_encoder.CrossEncoderSelector` loads the directory (``selector=cross_encoder
 selector.model=<dir>``).
 """
 
@@ -22,9 +22,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from scholar_agents.pasa.cross_encoder import CrossEncoderSelector
-from scholar_agents.pasa.pair_judge import META_FILE, pair_text
-from scholar_agents.pasa.selector import SelectorPair, truncate_abstract
+from scholar_agents.pasa.selectors.cross_encoder import CrossEncoderSelector
+from scholar_agents.pasa.selectors.llm import SelectorPair, truncate_abstract
+from scholar_agents.pasa.selectors.pair_judge import META_FILE, pair_text
 from scholar_agents.train.pair_fitting import fit_threshold, split_by_query, task_inputs
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""``scholar train selector_embedding``: fit the embedding Selector (ours, issue 37; ``pasa/embedding_selector.py``)
+"""``scholar train selector_embedding``: fit the embedding Selector (ours, issue 37; ``pasa/selectors/embedding.py``)
 on labelled <query, paper> pairs (``pairs_train.jsonl`` of ``scripts/build_selector_eval_pairs.py``).
 
 Every text is encoded once by the frozen embedder (the embedded MiniLM); what is fitted is the query adapter ``W``
@@ -23,9 +23,9 @@ from typing import Optional, Sequence
 import numpy as np
 
 from scholar_agents.llm.lora_delta import LORA_FILE
-from scholar_agents.pasa.embedding_selector import EmbeddingSelector, save_adapter, unit_rows
-from scholar_agents.pasa.pair_judge import pair_text
-from scholar_agents.pasa.selector import SelectorPair, truncate_abstract
+from scholar_agents.pasa.selectors.embedding import EmbeddingSelector, save_adapter, unit_rows
+from scholar_agents.pasa.selectors.llm import SelectorPair, truncate_abstract
+from scholar_agents.pasa.selectors.pair_judge import pair_text
 from scholar_agents.train.encoder_lora import CHECKPOINT_FILE, EncoderLoraConfig, finetune_encoder
 from scholar_agents.train.pair_fitting import fit_threshold, split_by_query, task_inputs
 

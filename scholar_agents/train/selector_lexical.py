@@ -1,4 +1,4 @@
-"""``scholar train selector_lexical``: fit the lexical Selector (ours, issue 37; ``pasa/lexical_selector.py``) on
+"""``scholar train selector_lexical``: fit the lexical Selector (ours, issue 37; ``pasa/selectors/lexical.py``) on
 labelled <query, paper> pairs — the dense-mined ``pairs_train.jsonl`` of ``scripts/build_selector_eval_pairs.py``,
 since it is the route ``selector=provenance`` takes for papers a dense search found.
 
@@ -19,10 +19,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from scholar_agents.pasa.lexical_selector import (FEATURES, LexicalSelector, TermStats, feature_matrix,
+from scholar_agents.pasa.selectors.lexical import (FEATURES, LexicalSelector, TermStats, feature_matrix,
                                                   save_lexical_head)
-from scholar_agents.pasa.pair_judge import pair_text
-from scholar_agents.pasa.selector import SelectorPair, truncate_abstract
+from scholar_agents.pasa.selectors.llm import SelectorPair, truncate_abstract
+from scholar_agents.pasa.selectors.pair_judge import pair_text
 from scholar_agents.train.pair_fitting import fit_threshold, split_by_query, task_inputs
 
 log = logging.getLogger(__name__)

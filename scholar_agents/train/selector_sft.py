@@ -1,6 +1,6 @@
 """``scholar train selector_sft``: the Selector's imitation learning (PaSa §4.3, App. B) with the shared SFT
 recipe (:mod:`scholar_agents.train.sft`). The data are Table 15 chats whose answer starts with the decision token,
-so that the trained model's first generated token is the P("True") that :class:`~scholar_agents.pasa.selector.
+so that the trained model's first generated token is the P("True") that :class:`~scholar_agents.pasa.selectors.llm.
 Selector` reads."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from scholar_agents.eval.selector import (
     load_pasa_selector_test,
 )
 from scholar_agents.pasa.prompts import selector_messages
-from scholar_agents.pasa.selector import parse_judgement, truncate_abstract
+from scholar_agents.pasa.selectors.llm import parse_judgement, truncate_abstract
 from tests.paths import TEST_ASSETS
 
 ASSETS = TEST_ASSETS

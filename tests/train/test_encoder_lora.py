@@ -10,7 +10,7 @@ import pytest
 from scholar_agents.eval.metrics import roc_auc
 from scholar_agents.hydra_app import compose
 from scholar_agents.llm.lora_delta import LORA_FILE, merge_delta
-from scholar_agents.pasa.embedding_selector import EmbeddingSelector
+from scholar_agents.pasa.selectors.embedding import EmbeddingSelector
 from scholar_agents.train.encoder_lora import CHECKPOINT_FILE, EncoderLoraConfig, batch_at, finetune_encoder
 from scholar_agents.train.pair_fitting import split_by_query
 from scholar_agents.train.selector_embedding import EmbeddingSelectorTrainConfig, train_embedding_selector

@@ -56,7 +56,7 @@ from scholar_agents.pasa.kinds import check_kinds
 from scholar_agents.pasa.queries import ScholarQuery, load_queries
 from scholar_agents.pasa.ranking import RANKINGS
 from scholar_agents.pasa.resources import Resources
-from scholar_agents.pasa.selector import SelectorPair
+from scholar_agents.pasa.selectors.llm import SelectorPair
 from scholar_agents.pasa.trajectory import write_trajectories
 from scholar_agents.runtime.progress import progress_bar
 from scholar_agents.runtime.run_dir import run_dir

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from scholar_agents.papers.paper import Paper
-from scholar_agents.pasa.selector import Selector, SelectorPair
+from scholar_agents.pasa.selectors.llm import Selector, SelectorPair
 
 PAIRS = [
     SelectorPair("Which papers learn 3D scene features from CLIP?", "OpenScene: 3D Scene Understanding with Open "
@@ -99,7 +99,7 @@ def test_why_shows_the_decision_the_ranking_used(tiny_llm):
 
 
 def test_a_reason_that_argues_the_other_way_is_flagged():
-    from scholar_agents.pasa.selector import reason_disagrees
+    from scholar_agents.pasa.selectors.llm import reason_disagrees
 
     assert reason_disagrees(True, "False. The paper studies bread.")
     assert reason_disagrees(True, "The paper is not about graph learning.")
@@ -214,7 +214,7 @@ def test_the_base_llm_selector_ranks_but_marks_nothing_selected(tiny_llm):
     """Issue 37 item 2: the `cpu` preset (base SmolLM2, no card) does not mark "selected"; the output says so; the
     paper's preset keeps PaSa's P(True) >= 0.5."""
     from scholar_agents.hydra_app import compose
-    from scholar_agents.pasa.selector_factory import describe_selector
+    from scholar_agents.pasa.selectors.factory import describe_selector
 
     cpu = compose("pasa_search", ["selector=cpu"]).selector
     assert Selector.from_config(tiny_llm, cpu).marks_selected is False

@@ -36,11 +36,12 @@ class SelectorConfig:
     """How the Selector decides. Presets: ``conf/selector/*.yaml``."""
 
     # llm = PaSa's decision-token Selector on ``llm`` / ``selector_llm`` (the default); cross_encoder = a fine-tuned
-    # encoder with a 1-logit head read as P(relevant) (ours, issue 37: ``pasa.cross_encoder``, no LLM), from ``model``;
+    # encoder with a 1-logit head read as P(relevant) (ours, issue 37: ``pasa.selectors.cross_encoder``, no LLM),
+    # from ``model``;
     # embedding = the embedder's cosine through a fitted query adapter and calibration (ours, issue 37:
-    # ``pasa.embedding_selector``, no LLM), from ``model``.
+    # ``pasa.selectors.embedding``, no LLM), from ``model``.
     # provenance = the embedding Selector, except for papers a route names (found by a dense search): the lexical
-    # Selector (ours, issue 37: ``pasa.provenance_selector``, no LLM).
+    # Selector (ours, issue 37: ``pasa.selectors.provenance``, no LLM).
     kind: str = "llm"
     model: Optional[str] = None  # cross_encoder / embedding / provenance: the directory `train selector_*` wrote
     # provenance: the lexical Selector's directory (`scholar train selector_lexical`; bundled = the package's) and
@@ -167,8 +168,8 @@ def parse_judgement(text: str) -> Judgement:
 class PaperJudge(abc.ABC):
     """What every Selector offers its callers (the agent's ranking, ``accept_many`` in the PPO reward, ``eval
     selector``), built on one method, :meth:`score`: P(relevant) per pair, the decision AND the rank. The LLM
-    Selector (below), the cross-encoder (``pasa.cross_encoder``) and the embedding Selector
-    (``pasa.embedding_selector``) implement it."""
+    Selector (below), the cross-encoder (``pasa.selectors.cross_encoder``) and the embedding Selector
+    (``pasa.selectors.embedding``) implement it."""
 
     threshold: float
     marks_selected: bool = True  # SelectorConfig.marks_selected: whether the agent shows decisions at all

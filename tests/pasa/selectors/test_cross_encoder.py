@@ -12,10 +12,10 @@ import pytest
 from scholar_agents.eval.metrics import roc_auc
 from scholar_agents.hydra_app import compose
 from scholar_agents.papers.paper import Paper
-from scholar_agents.pasa.cross_encoder import CrossEncoderSelector
-from scholar_agents.pasa.pair_judge import META_FILE, split_sentences
-from scholar_agents.pasa.selector import Selector, SelectorPair
-from scholar_agents.pasa.selector_factory import build_selector
+from scholar_agents.pasa.selectors.cross_encoder import CrossEncoderSelector
+from scholar_agents.pasa.selectors.factory import build_selector
+from scholar_agents.pasa.selectors.llm import Selector, SelectorPair
+from scholar_agents.pasa.selectors.pair_judge import META_FILE, split_sentences
 from scholar_agents.train.pair_fitting import fit_threshold, split_by_query
 from scholar_agents.train.selector_cross_encoder import CrossEncoderTrainConfig, train_cross_encoder
 

@@ -1,17 +1,18 @@
-"""Which Selector a config names (``selector.kind``): PaSa's decision-token LLM Selector (``pasa.selector``), the
-cross-encoder (``pasa.cross_encoder``), the embedding Selector (``pasa.embedding_selector``) or the provenance
-Selector (``pasa.provenance_selector``: the embedding Selector, and the lexical one for dense hits; all issue 37).
-Beside them, so none imports another's builder."""
+"""Which Selector a config names (``selector.kind``): PaSa's decision-token LLM Selector (``llm.py``), the
+cross-encoder (``cross_encoder.py``), the embedding Selector (``embedding.py``) or the provenance Selector
+(``provenance.py``: the embedding Selector, and the lexical one for dense hits; the last three are ours). Beside
+them, so none imports another's builder."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from scholar_agents.pasa.cross_encoder import CrossEncoderSelector
-from scholar_agents.pasa.embedding_selector import BUNDLED_DIR, EmbeddingSelector, resolve_model_dir
-from scholar_agents.pasa.pair_judge import card_mark, read_meta
-from scholar_agents.pasa.provenance_selector import ProvenanceSelector
-from scholar_agents.pasa.selector import Selector, check_mark_source
+from scholar_agents.pasa.selectors.cross_encoder import CrossEncoderSelector
+from scholar_agents.pasa.selectors.embedding import BUNDLED_DIR, EmbeddingSelector, resolve_model_dir
+from scholar_agents.pasa.selectors.lexical import BUNDLED_DIR as LEXICAL_DIR, resolve_lexical_dir
+from scholar_agents.pasa.selectors.llm import Selector, check_mark_source
+from scholar_agents.pasa.selectors.pair_judge import card_mark, read_meta
+from scholar_agents.pasa.selectors.provenance import ProvenanceSelector
 
 SELECTOR_KINDS = ("llm", "cross_encoder", "embedding", "provenance")
 NO_LLM_KINDS = ("cross_encoder", "embedding", "provenance")  # these score without an LLM: callers build none
@@ -80,9 +81,6 @@ def describe_selector(cfg, llm_model: str = "?") -> str:
     routed = set(cfg.get("lexical_for") or []) if kind == "provenance" else set()
     line += _heldout(meta, skip=routed)  # a provenance Selector never judges those miners' hits with this head
     if kind == "provenance":
-        from scholar_agents.pasa.lexical_selector import BUNDLED_DIR as LEXICAL_DIR
-        from scholar_agents.pasa.lexical_selector import resolve_lexical_dir
-
         lexical_dir = resolve_lexical_dir(cfg.get("lexical_model"))
         lmeta = read_meta(lexical_dir)
         routes = ", ".join(cfg.get("lexical_for") or []) or "no retriever"

@@ -3,7 +3,7 @@ head, P(relevant) = sigmoid(logit). No LLM, no generation: it scores ~100x faste
 on CPU and is trained with BCE on labelled pairs (``train selector_cross_encoder``, fine-tuned from the embedded
 all-MiniLM-L6-v2).
 
-It has the interface callers use on :class:`~scholar_agents.pasa.selector.Selector` (``score``, ``decide``,
+It has the interface callers use on :class:`~scholar_agents.pasa.selectors.llm.Selector` (``score``, ``decide``,
 ``rank``, ``accept``, ``accept_many``, ``judge``, ``probs`` / ``scores_from_probs`` for ``eval selector``,
 ``threshold``), so the agent, ``eval selector`` and PPO's reward take it unchanged via ``selector.kind=cross_encoder``.
 A model directory holds an HF ``BertForSequenceClassification`` (``model.safetensors`` + ``config.json``), its
@@ -11,7 +11,7 @@ tokenizer, and ``selector_meta.json``: the decision threshold fitted on a dev sp
 that split's precision / recall.
 
 The memo, ``probs`` and ``judge`` (evidence sentences, no rationale: issue 37 item 4) are
-:class:`~scholar_agents.pasa.pair_judge.PairJudge`'s, shared with the embedding Selector.
+:class:`~scholar_agents.pasa.selectors.pair_judge.PairJudge`'s, shared with the embedding Selector.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from scholar_agents.pasa.pair_judge import PairJudge, read_meta
+from scholar_agents.pasa.selectors.pair_judge import PairJudge, read_meta
+from scholar_agents.runtime.progress import progress_bar
 
 
 class CrossEncoderSelector(PairJudge):
@@ -30,7 +31,7 @@ class CrossEncoderSelector(PairJudge):
     def __init__(self, model, tokenizer, threshold: Optional[float] = None, batch_size: int = 32,
                  max_length: int = 256, max_abstract_chars: Optional[int] = None, memo_size: int = 100_000,
                  model_id: str = "", meta: Optional[dict] = None) -> None:
-        import torch
+        import torch  # lazy: the factory imports this module wherever a Selector is built; only this kind needs torch
 
         super().__init__(threshold, max_abstract_chars, memo_size, model_id, meta)
         if batch_size < 1:
@@ -48,7 +49,7 @@ class CrossEncoderSelector(PairJudge):
     def load(cls, model_dir: str | Path, threshold: Optional[float] = None, device: str = "cpu",
              **kwargs) -> "CrossEncoderSelector":
         """Load a directory written by ``train selector_cross_encoder`` (safetensors weights, tokenizer, meta)."""
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer  # lazy, as torch above
 
         model_dir = Path(model_dir)
         if not (model_dir / "config.json").is_file():
@@ -84,8 +85,6 @@ class CrossEncoderSelector(PairJudge):
     def pair_probabilities(self, queries: Sequence[str], texts: Sequence[str],
                            show_progress: bool = False) -> np.ndarray:
         """sigmoid(logit) per pair, in chunks of 8 forward batches (a progress bar ticks per chunk)."""
-        from scholar_agents.runtime.progress import progress_bar
-
         chunk = max(self.batch_size * 8, 1)
         out = [self.logits(queries[start:start + chunk], texts[start:start + chunk])
                for start in progress_bar(range(0, len(queries), chunk), desc="cross-encoder selector", unit="chunk",

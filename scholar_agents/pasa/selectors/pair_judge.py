@@ -1,5 +1,5 @@
 """What the Selectors that score a <query, paper> pair without generating text share (issue 37): the cross-encoder
-(``pasa.cross_encoder``) and the embedding Selector (``pasa.embedding_selector``) differ only in how a batch of
+(``selectors/cross_encoder.py``) and the embedding Selector (``selectors/embedding.py``) differ only in how a batch of
 (query, text) pairs becomes P(relevant), :meth:`PairJudge.pair_probabilities`. On top of it, once: the memo of
 scored pairs, the threshold read from the model's card, and ``judge``
 ("why?"), which cannot write a rationale and shows as evidence the abstract's sentences the same scorer rates
@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from scholar_agents.pasa.selector import Judgement, Mark, PaperJudge, SelectorPair, truncate_abstract
+from scholar_agents.pasa.selectors.llm import Judgement, Mark, PaperJudge, SelectorPair, truncate_abstract
 
 META_FILE = "selector_meta.json"  # the card: threshold fitted on dev, dev / held-out figures, fitting queries
 _SENTENCE_RE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\"'])")

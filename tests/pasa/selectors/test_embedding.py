@@ -14,9 +14,9 @@ from scholar_agents.eval.bootstrap import BootstrapConfig, auc_diff_by_query
 from scholar_agents.eval.metrics import roc_auc
 from scholar_agents.hydra_app import compose
 from scholar_agents.papers.paper import Paper
-from scholar_agents.pasa.embedding_selector import ADAPTER_FILE, EmbeddingSelector, load_adapter, save_adapter
-from scholar_agents.pasa.selector import SelectorPair
-from scholar_agents.pasa.selector_factory import build_selector, needs_llm
+from scholar_agents.pasa.selectors.embedding import ADAPTER_FILE, EmbeddingSelector, load_adapter, save_adapter
+from scholar_agents.pasa.selectors.factory import build_selector, needs_llm
+from scholar_agents.pasa.selectors.llm import SelectorPair
 from scholar_agents.train.selector_embedding import EmbeddingSelectorTrainConfig, train_embedding_selector
 from tests.fixtures.partner_task import PARTNERS, TEMPLATES, partner_pairs
 

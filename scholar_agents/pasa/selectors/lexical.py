@@ -30,16 +30,18 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
+from safetensors.numpy import load_file, save_file
 
-from scholar_agents.pasa.pair_judge import META_FILE, PairJudge, pair_text, read_meta
-from scholar_agents.pasa.selector import Judgement, SelectorPair, truncate_abstract
+from scholar_agents.pasa.selectors.llm import Judgement, SelectorPair, truncate_abstract
+from scholar_agents.pasa.selectors.pair_judge import META_FILE, PairJudge, pair_text, read_meta
+from scholar_agents.runtime.jax_guard import import_bm25s  # bm25s imports JAX: import_bm25s keeps it on the CPU
 
 HEAD_FILE = "lexical_head.safetensors"
 TERMS_FILE = "terms.json"
 FEATURES = ("bm25", "bm25_title", "idf_cover", "idf_cover_title", "bigrams", "bigrams_title", "rarest_hit",
             "log_length")
 TOKEN = re.compile(r"(?u)\b\w\w+\b")  # bm25s's default token pattern: what our BM25 search splits on
-BUNDLED_DIR = Path(__file__).resolve().parents[1] / "assets" / "selector_lexical"
+BUNDLED_DIR = Path(__file__).resolve().parents[2] / "assets" / "selector_lexical"
 
 
 def resolve_lexical_dir(model: Optional[str]) -> Path:
@@ -48,8 +50,6 @@ def resolve_lexical_dir(model: Optional[str]) -> Path:
 
 
 def stop_words() -> frozenset:
-    from scholar_agents.runtime.jax_guard import import_bm25s  # bm25s imports JAX: kept on the CPU
-
     return frozenset(import_bm25s().stopwords.STOPWORDS_EN)
 
 
@@ -107,8 +107,6 @@ def feature_matrix(stats: TermStats, queries: Sequence[str], titles: Sequence[st
 
 def save_lexical_head(out_dir: str | Path, mean: np.ndarray, scale: np.ndarray, coef: np.ndarray, intercept: float,
                       stats: TermStats, meta: dict) -> Path:
-    from safetensors.numpy import save_file
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_file({"mean": np.asarray(mean, dtype=np.float64), "scale": np.asarray(scale, dtype=np.float64),
@@ -135,8 +133,6 @@ class LexicalSelector(PairJudge):
 
     @classmethod
     def load(cls, model_dir: str | Path, threshold: Optional[float] = None, **kwargs) -> "LexicalSelector":
-        from safetensors.numpy import load_file
-
         model_dir = Path(model_dir)
         missing = [f for f in (HEAD_FILE, TERMS_FILE) if not (model_dir / f).is_file()]
         if missing:

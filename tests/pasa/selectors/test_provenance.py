@@ -18,11 +18,11 @@ from scholar_agents.papers.paper import Paper
 from scholar_agents.pasa.actions import EXPAND, SEARCH
 from scholar_agents.pasa.agent import queue_provenance
 from scholar_agents.pasa.crawl_env import SEED_SESSION
-from scholar_agents.pasa.embedding_selector import EmbeddingSelector, save_adapter
-from scholar_agents.pasa.lexical_selector import FEATURES, LexicalSelector, TermStats, pair_features, tokens
-from scholar_agents.pasa.provenance_selector import ProvenanceSelector
-from scholar_agents.pasa.selector import SelectorPair
-from scholar_agents.pasa.selector_factory import build_selector, describe_selector, needs_llm
+from scholar_agents.pasa.selectors.embedding import EmbeddingSelector, save_adapter
+from scholar_agents.pasa.selectors.factory import build_selector, describe_selector, needs_llm
+from scholar_agents.pasa.selectors.lexical import FEATURES, LexicalSelector, TermStats, pair_features, tokens
+from scholar_agents.pasa.selectors.llm import SelectorPair
+from scholar_agents.pasa.selectors.provenance import ProvenanceSelector
 from scholar_agents.pasa.trajectory import ActionRecord, QueryTrajectory, QueueEntry, SessionRecord
 from scholar_agents.train.selector_lexical import LexicalSelectorTrainConfig, train_lexical_selector
 

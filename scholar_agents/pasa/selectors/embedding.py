@@ -16,7 +16,7 @@ embedder at load; the documents' vectors then are the fine-tuned encoder's, not 
 The model directory: ``adapter.safetensors`` (``W`` [dim, dim], ``a``, ``b``; float32) and ``selector_meta.json``
 (the embedder it was fitted on, the threshold fitted on dev, dev precision / recall / F1 / AUC, the training
 record). The memo, ``probs`` and ``judge`` (evidence sentences nearest the adapted query, no generated text) are
-:class:`~scholar_agents.pasa.pair_judge.PairJudge`'s, shared with the cross-encoder.
+:class:`~scholar_agents.pasa.selectors.pair_judge.PairJudge`'s, shared with the cross-encoder.
 """
 
 from __future__ import annotations
@@ -26,15 +26,19 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
+from safetensors.numpy import load_file, save_file
 
-from scholar_agents.pasa.pair_judge import META_FILE, PairJudge, read_meta
+from scholar_agents.llm.config import EmbedderConfig
+from scholar_agents.llm.embedder import build_embedder
+from scholar_agents.llm.lora_delta import LORA_FILE, apply_encoder_lora
+from scholar_agents.pasa.selectors.pair_judge import META_FILE, PairJudge, read_meta
 
 
 ADAPTER_FILE = "adapter.safetensors"
 # What `selector=embedding` loads by default (selector.model=bundled): fitted by scripts/selector_embedding.sh SHIP=1,
 # its card (README.md) holds the held-out table.
 BUNDLED = "bundled"
-BUNDLED_DIR = Path(__file__).resolve().parents[1] / "assets" / "selector_embedding"
+BUNDLED_DIR = Path(__file__).resolve().parents[2] / "assets" / "selector_embedding"
 
 
 def resolve_model_dir(model: Optional[str]) -> Path:
@@ -47,8 +51,6 @@ def unit_rows(x: np.ndarray) -> np.ndarray:
 
 
 def save_adapter(out_dir: str | Path, W: np.ndarray, a: float, b: float, meta: dict) -> Path:
-    from safetensors.numpy import save_file
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_file({"W": np.ascontiguousarray(W, dtype=np.float32), "a": np.array([a], dtype=np.float32),
@@ -58,8 +60,6 @@ def save_adapter(out_dir: str | Path, W: np.ndarray, a: float, b: float, meta: d
 
 
 def load_adapter(model_dir: str | Path) -> tuple[np.ndarray, float, float, dict]:
-    from safetensors.numpy import load_file
-
     model_dir = Path(model_dir)
     if not (model_dir / ADAPTER_FILE).is_file():
         raise FileNotFoundError(f"selector.model: no embedding Selector at {model_dir} ({ADAPTER_FILE} missing); "
@@ -92,14 +92,9 @@ class EmbeddingSelector(PairJudge):
     @classmethod
     def load(cls, model_dir: str | Path, embedder=None, threshold: Optional[float] = None,
              **kwargs) -> "EmbeddingSelector":
-        from scholar_agents.llm.lora_delta import LORA_FILE, apply_encoder_lora
-
         W, a, b, meta = load_adapter(model_dir)
         fine_tuned = (Path(model_dir) / LORA_FILE).is_file()
         if embedder is None or fine_tuned:  # a fine-tuned encoder is the Selector's own: never merged into a shared one
-            from scholar_agents.llm.config import EmbedderConfig
-            from scholar_agents.llm.embedder import build_embedder
-
             embedder = build_embedder(EmbedderConfig(model=meta.get("embedder", "embedded:minilm")))
             apply_encoder_lora(embedder, model_dir)
         return cls(embedder, W, a, b, threshold=threshold, model_id=str(model_dir), meta=meta, **kwargs)

@@ -1,7 +1,7 @@
 """The provenance Selector (ours, issue 37; ``selector=provenance``): judge a paper by the evidence the retriever
 that found it did NOT use. A crawl knows where each paper in its queue came from (``SelectorPair.found_by``: the
 search backend's name, ``expand``, ``seed``); the papers a dense search returned go to the lexical Selector
-(``pasa.lexical_selector``), every other paper to the embedding Selector (``pasa.embedding_selector``).
+(``pasa.selectors.lexical``), every other paper to the embedding Selector (``pasa.selectors.embedding``).
 
 Why (docs/selector.md, "The provenance Selector"): a retriever's hits already agree with the query on the retriever's
 own signal, so what still separates the gold hits from the rest is the other signal. Measured on held-out queries:
@@ -20,8 +20,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from scholar_agents.pasa.pair_judge import PairJudge
-from scholar_agents.pasa.selector import Judgement, PaperJudge, SelectorPair
+from scholar_agents.pasa.selectors.embedding import EmbeddingSelector, resolve_model_dir
+from scholar_agents.pasa.selectors.lexical import LexicalSelector, resolve_lexical_dir
+from scholar_agents.pasa.selectors.llm import Judgement, PaperJudge, SelectorPair
+from scholar_agents.pasa.selectors.pair_judge import PairJudge
 
 
 def _logit(p: float) -> float:
@@ -54,9 +56,6 @@ class ProvenanceSelector(PaperJudge):
 
     @classmethod
     def from_config(cls, cfg) -> "ProvenanceSelector":
-        from scholar_agents.pasa.embedding_selector import EmbeddingSelector, resolve_model_dir
-        from scholar_agents.pasa.lexical_selector import LexicalSelector, resolve_lexical_dir
-
         lexical_dir = resolve_lexical_dir(cfg.get("lexical_model"))
         kw = {"max_abstract_chars": cfg.max_abstract_chars, "memo_size": cfg.memo_size}
         default = EmbeddingSelector.load(resolve_model_dir(cfg.get("model")), threshold=None, **kw)
