@@ -1,6 +1,6 @@
-"""A LoRA delta of the embedder (issue 37's fine-tuned embedding Selector, ``train/encoder_lora.py``): per adapted
-linear layer its ``lora_A`` [r, in], ``lora_B`` [out, r] and scaling, saved as safetensors and merged into a loaded
-embedder's weights (W += scaling · B·A, Hu et al. 2021 Eq. 3), so scoring needs no peft and runs at the base
+"""A LoRA delta of the embedder (issue 37's fine-tuned embedding Selector, ``train/selector/encoder_lora.py``): per
+adapted linear layer its ``lora_A`` [r, in], ``lora_B`` [out, r] and scaling, saved as safetensors and merged into a
+loaded embedder's weights (W += scaling · B·A, Hu et al. 2021 Eq. 3), so scoring needs no peft and runs at the base
 encoder's speed."""
 
 from __future__ import annotations

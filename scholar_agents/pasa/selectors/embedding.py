@@ -9,9 +9,10 @@ losing what it knows. A query adapter starts AT the zero-shot ranking (W = I) an
 split says helps, with 147k parameters (0.6 MB) that ship in the repo. Only queries are mapped, so the documents'
 vectors, and a dense index built from them, stay as they are.
 
-With ``train.encoder.steps > 0`` the embedder itself is fine-tuned first (LoRA, contrastive, ``train/encoder_lora.py``)
-and its delta ships beside the adapter (``encoder_lora.safetensors``), merged into a Selector-owned copy of the
-embedder at load; the documents' vectors then are the fine-tuned encoder's, not a shared dense index's.
+With ``train.encoder.steps > 0`` the embedder itself is fine-tuned first (LoRA, contrastive,
+``train/selector/encoder_lora.py``) and its delta ships beside the adapter (``encoder_lora.safetensors``), merged into
+a Selector-owned copy of the embedder at load; the documents' vectors then are the fine-tuned encoder's, not a shared
+dense index's.
 
 The model directory: ``adapter.safetensors`` (``W`` [dim, dim], ``a``, ``b``; float32) and ``selector_meta.json``
 (the embedder it was fitted on, the threshold fitted on dev, dev precision / recall / F1 / AUC, the training

@@ -16,8 +16,8 @@ from scholar_agents.pasa.selectors.cross_encoder import CrossEncoderSelector
 from scholar_agents.pasa.selectors.factory import build_selector
 from scholar_agents.pasa.selectors.llm import Selector, SelectorPair
 from scholar_agents.pasa.selectors.pair_judge import META_FILE, split_sentences
-from scholar_agents.train.pair_fitting import fit_threshold, split_by_query
-from scholar_agents.train.selector_cross_encoder import CrossEncoderTrainConfig, train_cross_encoder
+from scholar_agents.train.selector.cross_encoder import CrossEncoderTrainConfig, train_cross_encoder
+from scholar_agents.train.selector.pair_fitting import fit_threshold, split_by_query
 
 GRAPH = ["graph neural networks for node classification", "message passing on molecular graphs",
          "link prediction in knowledge graphs", "graph attention for citation networks",

@@ -17,7 +17,7 @@ from scholar_agents.papers.paper import Paper
 from scholar_agents.pasa.selectors.embedding import ADAPTER_FILE, EmbeddingSelector, load_adapter, save_adapter
 from scholar_agents.pasa.selectors.factory import build_selector, needs_llm
 from scholar_agents.pasa.selectors.llm import SelectorPair
-from scholar_agents.train.selector_embedding import EmbeddingSelectorTrainConfig, train_embedding_selector
+from scholar_agents.train.selector.embedding import EmbeddingSelectorTrainConfig, train_embedding_selector
 from tests.fixtures.partner_task import PARTNERS, TEMPLATES, partner_pairs
 
 

@@ -176,7 +176,7 @@ def test_a_fine_tuned_selector_dir_is_served_by_vllm_as_is(tiny_model_dir, tmp_p
     from scholar_agents.llm import build_llm
     from scholar_agents.llm.config import LLMConfig
     from scholar_agents.pasa.prompts import selector_messages, selector_target
-    from scholar_agents.train.selector_sft import selector_sft
+    from scholar_agents.train.selector.sft import selector_sft
     from tests.fixtures.vllm_server import running_vllm_server
 
     data = tmp_path / "sft.jsonl"

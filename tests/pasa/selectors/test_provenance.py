@@ -24,7 +24,7 @@ from scholar_agents.pasa.selectors.lexical import FEATURES, LexicalSelector, Ter
 from scholar_agents.pasa.selectors.llm import SelectorPair
 from scholar_agents.pasa.selectors.provenance import ProvenanceSelector
 from scholar_agents.pasa.trajectory import ActionRecord, QueryTrajectory, QueueEntry, SessionRecord
-from scholar_agents.train.selector_lexical import LexicalSelectorTrainConfig, train_lexical_selector
+from scholar_agents.train.selector.lexical import LexicalSelectorTrainConfig, train_lexical_selector
 
 TOPICS = ["protein folding", "graph coloring", "speech recognition", "image segmentation", "machine translation",
           "robot grasping", "code generation", "weather forecasting", "music transcription", "drug discovery",

@@ -19,11 +19,13 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from scholar_agents.data_gen.request_forms import rewrite
+from scholar_agents.eval.metrics import roc_auc
 from scholar_agents.pasa.selectors.lexical import (FEATURES, LexicalSelector, TermStats, feature_matrix,
                                                   save_lexical_head)
 from scholar_agents.pasa.selectors.llm import SelectorPair, truncate_abstract
 from scholar_agents.pasa.selectors.pair_judge import pair_text
-from scholar_agents.train.pair_fitting import fit_threshold, split_by_query, task_inputs
+from scholar_agents.train.selector.pair_fitting import fit_threshold, split_by_query, task_inputs
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +43,7 @@ class LexicalSelectorTrainConfig:
 def train_lexical_selector(pairs: Sequence[SelectorPair], out_dir: str | Path,
                            cfg: LexicalSelectorTrainConfig) -> dict:
     """Fit on ``pairs`` (labelled), choose C and the threshold on a by-query dev split; write ``out_dir``."""
-    from sklearn.linear_model import LogisticRegression
-
-    from scholar_agents.eval.metrics import roc_auc
+    from sklearn.linear_model import LogisticRegression  # lazy: heavy, only where the Selector is fitted
 
     if not pairs:
         raise ValueError("no training pairs")
@@ -58,8 +58,6 @@ def train_lexical_selector(pairs: Sequence[SelectorPair], out_dir: str | Path,
     if not dev:
         raise ValueError("train.dev_fraction must leave at least one query for dev (it chooses C and the threshold)")
     if cfg.augment_forms:
-        from scholar_agents.data_gen.request_forms import rewrite
-
         train = train + [dataclasses.replace(p, query=rewrite(p.query, form))
                          for form in cfg.augment_forms for p in train]
     ytr = np.array([bool(p.label) for p in train])

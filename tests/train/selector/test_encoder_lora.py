@@ -11,9 +11,9 @@ from scholar_agents.eval.metrics import roc_auc
 from scholar_agents.hydra_app import compose
 from scholar_agents.llm.lora_delta import LORA_FILE, merge_delta
 from scholar_agents.pasa.selectors.embedding import EmbeddingSelector
-from scholar_agents.train.encoder_lora import CHECKPOINT_FILE, EncoderLoraConfig, batch_at, finetune_encoder
-from scholar_agents.train.pair_fitting import split_by_query
-from scholar_agents.train.selector_embedding import EmbeddingSelectorTrainConfig, train_embedding_selector
+from scholar_agents.train.selector.embedding import EmbeddingSelectorTrainConfig, train_embedding_selector
+from scholar_agents.train.selector.encoder_lora import CHECKPOINT_FILE, EncoderLoraConfig, batch_at, finetune_encoder
+from scholar_agents.train.selector.pair_fitting import split_by_query
 from tests.fixtures.partner_task import TEMPLATES, partner_pairs
 
 ENCODER = {"steps": 40, "batch_queries": 6, "negatives": 2, "eval_every": 10, "learning_rate": 1e-3,

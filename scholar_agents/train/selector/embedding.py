@@ -14,6 +14,7 @@ ranking on dev — and then fit the decision threshold (best F1). Seconds on a C
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import asdict, dataclass, field
@@ -22,12 +23,16 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from scholar_agents.data_gen.request_forms import rewrite
+from scholar_agents.eval.metrics import roc_auc
+from scholar_agents.llm.config import EmbedderConfig
+from scholar_agents.llm.embedder import build_embedder
 from scholar_agents.llm.lora_delta import LORA_FILE
 from scholar_agents.pasa.selectors.embedding import EmbeddingSelector, save_adapter, unit_rows
 from scholar_agents.pasa.selectors.llm import SelectorPair, truncate_abstract
 from scholar_agents.pasa.selectors.pair_judge import pair_text
-from scholar_agents.train.encoder_lora import CHECKPOINT_FILE, EncoderLoraConfig, finetune_encoder
-from scholar_agents.train.pair_fitting import fit_threshold, split_by_query, task_inputs
+from scholar_agents.train.selector.encoder_lora import CHECKPOINT_FILE, EncoderLoraConfig, finetune_encoder
+from scholar_agents.train.selector.pair_fitting import fit_threshold, split_by_query, task_inputs
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +51,9 @@ class EmbeddingSelectorTrainConfig:
     # Ours: every TRAIN pair also in these request forms (data_gen.request_forms), the query rewritten, the paper and
     # label the same: the adapter sees how people ask, not only AutoScholarQuery's phrasing. Dev stays as written.
     augment_forms: list = field(default_factory=list)
-    # Ours: fine-tune the embedder itself first (LoRA, in-batch contrastive; train/encoder_lora.py) — `steps: 0`
-    # keeps it frozen (the default). Its dev-best step competes with the zero-shot encoder on the same dev split.
+    # Ours: fine-tune the embedder itself first (LoRA, in-batch contrastive; encoder_lora.py beside this file) —
+    # `steps: 0` keeps it frozen (the default). Its dev-best step competes with the zero-shot encoder on the same
+    # dev split.
     encoder: dict = field(default_factory=dict)
     resume: bool = True  # an interrupted encoder fine-tune continues from its checkpoint in output_dir
 
@@ -56,7 +62,7 @@ def fit_adapter(q: np.ndarray, d: np.ndarray, y: np.ndarray, l2: Optional[float]
                 pos_weight: float, seed: int = 0) -> tuple[np.ndarray, float, float, list[float]]:
     """(W, a, b, losses) minimising the weighted BCE of sigmoid(a·cos(W·q, d) + b) + l2·||W − I||² from W = I;
     ``l2=None`` keeps W = I and fits a and b only."""
-    import torch
+    import torch  # lazy: heavy, only where an adapter is fitted
 
     torch.manual_seed(seed)
     dim = q.shape[1]
@@ -93,24 +99,15 @@ def _vectors(embedder, pairs: Sequence[SelectorPair], max_chars: Optional[int]) 
 def train_embedding_selector(pairs: Sequence[SelectorPair], out_dir: str | Path, cfg: EmbeddingSelectorTrainConfig,
                              embedder=None) -> dict:
     """Fit on ``pairs`` (labelled), choose λ and the threshold on a by-query dev split; write ``out_dir``."""
-    from scholar_agents.eval.metrics import roc_auc
-
     if not pairs:
         raise ValueError("no training pairs")
     if any(p.label is None for p in pairs):
         raise ValueError("every training pair needs a label")
     enc_cfg = EncoderLoraConfig(**cfg.encoder)
     if embedder is None or enc_cfg.steps > 0:  # a fine-tune changes the embedder: never a caller's shared one
-        from scholar_agents.llm.config import EmbedderConfig
-        from scholar_agents.llm.embedder import build_embedder
-
         embedder = build_embedder(EmbedderConfig(model=cfg.embedder))
     train, dev = split_by_query(pairs, cfg.dev_fraction, cfg.seed)
     if cfg.augment_forms:
-        import dataclasses
-
-        from scholar_agents.data_gen.request_forms import rewrite
-
         train = train + [dataclasses.replace(p, query=rewrite(p.query, form))
                          for form in cfg.augment_forms for p in train]
     if not dev:
@@ -169,7 +166,7 @@ def train_embedding_selector(pairs: Sequence[SelectorPair], out_dir: str | Path,
     out = save_adapter(out_dir, W, a, b, meta)
     lora_path = Path(out) / LORA_FILE
     if delta:
-        from safetensors.torch import save_file
+        from safetensors.torch import save_file  # lazy: imports torch
 
         save_file(delta, str(lora_path))
     elif lora_path.is_file():  # a previous fit's delta in the same directory must not be merged into this one

@@ -9,16 +9,15 @@ import logging
 
 from omegaconf import DictConfig
 
+from scholar_agents.plan.commands import startup_window_check
 from scholar_agents.runtime.run_dir import run_dir
+from scholar_agents.train.plan_runs import sft_run
 from scholar_agents.train.sft import run_sft
 
 log = logging.getLogger(__name__)
 
 
 def selector_sft(cfg: DictConfig) -> dict:
-    from scholar_agents.plan.commands import startup_window_check
-    from scholar_agents.train.plan_runs import sft_run
-
     startup_window_check(sft_run(cfg))  # under Slurm: the signal lead against one step + checkpoint (one log line)
     summary = run_sft(cfg.sft, logging_cfg=cfg.get("logging"), report_dir=run_dir(cfg),
                       dist_timeout_minutes=(cfg.get("cluster") or {}).get("dist_timeout_minutes"))

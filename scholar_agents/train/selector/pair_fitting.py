@@ -8,17 +8,16 @@ import random
 from typing import Sequence
 
 import numpy as np
+from omegaconf import OmegaConf
 
+from scholar_agents.eval.metrics import binary_metrics, roc_auc
+from scholar_agents.eval.selector import load_labelled_pairs
 from scholar_agents.pasa.selectors.llm import SelectorPair
+from scholar_agents.validation import existing_file, reading
 
 
 def task_inputs(cfg, config_cls) -> tuple[list[SelectorPair], object]:
     """``train.train_file`` (pairs JSONL, ``train.limit``) and ``config_cls`` filled from the ``train`` node."""
-    from omegaconf import OmegaConf
-
-    from scholar_agents.eval.selector import load_labelled_pairs
-    from scholar_agents.validation import existing_file, reading
-
     path = existing_file(cfg.train.get("train_file"), "train.train_file")
     with reading("train.train_file", path):
         pairs = load_labelled_pairs(path, "pairs", cfg.train.get("limit"))
@@ -41,8 +40,6 @@ def split_by_query(pairs: Sequence[SelectorPair], dev_fraction: float, seed: int
 
 def fit_threshold(labels: np.ndarray, scores: np.ndarray) -> dict:
     """The threshold with the best F1 on (labels, scores), and its precision / recall / F1; AUC of the scores."""
-    from scholar_agents.eval.metrics import binary_metrics, roc_auc
-
     labels = np.asarray(labels, dtype=bool)
     best = {"threshold": 0.5, "f1": -1.0}
     for t in np.unique(scores):

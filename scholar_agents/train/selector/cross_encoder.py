@@ -22,10 +22,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from scholar_agents.llm.embedder import resolve_embedder_path
 from scholar_agents.pasa.selectors.cross_encoder import CrossEncoderSelector
 from scholar_agents.pasa.selectors.llm import SelectorPair, truncate_abstract
 from scholar_agents.pasa.selectors.pair_judge import META_FILE, pair_text
-from scholar_agents.train.pair_fitting import fit_threshold, split_by_query, task_inputs
+from scholar_agents.train.selector.pair_fitting import fit_threshold, split_by_query, task_inputs
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +50,7 @@ class CrossEncoderTrainConfig:
 
 def load_base(base_model: str, device: str = "cpu"):
     """A 1-logit sequence-classification model + tokenizer from an encoder dir (the head is freshly initialised)."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    from scholar_agents.llm.embedder import resolve_embedder_path
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer  # lazy: heavy, only where a model loads
 
     path = resolve_embedder_path(base_model)
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1).to(device)
@@ -63,7 +62,7 @@ def train_cross_encoder(pairs: Sequence[SelectorPair], out_dir: str | Path, cfg:
                         model=None, tokenizer=None) -> dict:
     """BCE fine-tuning on ``pairs`` (labelled), threshold fitted on a by-query dev split; writes ``out_dir``.
     ``model`` / ``tokenizer``: start from these instead of ``cfg.base_model`` (tests pass a tiny one)."""
-    import torch
+    import torch  # lazy: heavy, only where a model trains
 
     if not pairs:
         raise ValueError("no training pairs")

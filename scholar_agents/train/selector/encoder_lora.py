@@ -29,9 +29,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from scholar_agents.eval.metrics import roc_auc
 from scholar_agents.llm.lora_delta import encoder_module, lora_delta, merge_delta
 from scholar_agents.pasa.selectors.llm import SelectorPair, truncate_abstract
 from scholar_agents.pasa.selectors.pair_judge import pair_text
+from scholar_agents.runtime.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +81,7 @@ def batch_at(groups, step: int, cfg: EncoderLoraConfig) -> tuple[list[str], list
 
 def contrastive_loss(q, d, positive, temperature: float):
     """In-batch softmax cross-entropy of cos(q_i, d_j) / temperature, target each query's own positive (DPR Eq. 2)."""
-    import torch
+    import torch  # lazy: heavy, only where the encoder trains
 
     q = torch.nn.functional.normalize(q, dim=-1)
     d = torch.nn.functional.normalize(d, dim=-1)
@@ -91,11 +93,8 @@ def finetune_encoder(embedder, train: Sequence[SelectorPair], dev: Sequence[Sele
     """Fine-tune ``embedder`` in place (LoRA, merged at the end) on ``train``; keep the dev-best step (0 = zero-shot).
     Returns the record (steps, dev AUC by step, the kept step, seconds) and, under ``"delta"``, the LoRA tensors
     to save (None when the zero-shot encoder won on dev)."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-
-    from scholar_agents.eval.metrics import roc_auc
-    from scholar_agents.runtime.progress import progress_bar
+    import torch  # lazy: heavy, only where the encoder trains
+    from peft import LoraConfig, get_peft_model  # lazy, as torch
 
     groups = _groups(train, max_chars)
     if not groups:
