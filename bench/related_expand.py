@@ -24,7 +24,7 @@ import json
 import sys
 import time
 
-from scholar_agents.eval.pasa_rows import RowSpec
+from scholar_agents.eval.pasa.rows import RowSpec
 from scholar_agents.hydra_app import compose
 from scholar_agents.pasa.crawler import crawl
 from scholar_agents.pasa.queries import load_queries

@@ -28,7 +28,7 @@ from scholar_agents.llm import SamplingParams, build_llm
 from scholar_agents.llm.config import LLMConfig
 from scholar_agents.papers.loaders import load_gold_stubs
 from scholar_agents.pasa.queries import load_pasa_queries
-from scholar_agents.pasa.selector import Selector, SelectorPair, parse_judgement
+from scholar_agents.pasa.selectors.llm import Selector, SelectorPair, parse_judgement
 
 SAMPLE = PACKAGE_DIR / "assets" / "sample"
 

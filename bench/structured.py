@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from scholar_agents.data_gen.answers import read_items
-from scholar_agents.data_gen.autoscholarquery_generation import FewShotExample, render_prompt
+from scholar_agents.data_gen.autoscholarquery.generation import FewShotExample, render_prompt
 from scholar_agents.data_gen.llm_json import parse_llm_json
 from scholar_agents.data_gen.passages import DEFAULT_RELATED_WORK_HEADINGS, related_work_matcher
 from scholar_agents.data_gen.unarxive_passages import passages_from_unarxive

@@ -4,7 +4,7 @@ starting with ``defaults: [base_<group>, _self_]`` is type-checked against its d
 Add one line per schema; the dataclass lives next to the code it configures.
 """
 
-from scholar_agents.data_gen.autoscholarquery import AutoScholarQueryConfig
+from scholar_agents.data_gen.autoscholarquery.command import AutoScholarQueryConfig
 from scholar_agents.data_gen.crawl_tasks import CrawlTaskConfig
 from scholar_agents.data_gen.crawler_sessions import CrawlerSessionsConfig
 from scholar_agents.data_gen.selector_pairs import SelectorPairsConfig
@@ -14,7 +14,7 @@ from scholar_agents.papers.corpus import PapersConfig
 from scholar_agents.papers.index import SearchConfig
 from scholar_agents.papers.live.fulltext import ExpandConfig
 from scholar_agents.runtime.cluster import ClusterConfig
-from scholar_agents.pasa.selector import SelectorConfig
+from scholar_agents.pasa.selectors.llm import SelectorConfig
 from scholar_agents.pasa.serve.config import ServeConfig
 from scholar_agents.scipip.config import SciPIPConfig
 from scholar_agents.thought.config import ThoughtConfig

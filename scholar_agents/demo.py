@@ -77,7 +77,7 @@ def _select_stage(cfg: DictConfig, search_results: Path, gold: dict[str, set[str
     from scholar_agents.llm import build_llm
     from scholar_agents.papers.corpus import to_papers_config
     from scholar_agents.papers.store import PaperStore
-    from scholar_agents.pasa.selector import Selector, SelectorPair
+    from scholar_agents.pasa.selectors.llm import Selector, SelectorPair
 
     data = json.loads(search_results.read_text())
     pcfg = to_papers_config(cfg.papers)
@@ -246,8 +246,8 @@ def _shipped_crawler_section(asset_dir: Path | None = None) -> list[str]:
 
 def _pasa_section(out: Path) -> list[str]:
     """The held-out `eval pasa` rows: agents after SFT / PPO beside search-only, with intervals, both settings."""
-    from scholar_agents.eval.pasa_report import comparisons_table, crawler_pairs_table, markdown_table
-    from scholar_agents.eval.pasa_rows import WHOLE_CORPUS_SUFFIX
+    from scholar_agents.eval.pasa.report import comparisons_table, crawler_pairs_table, markdown_table
+    from scholar_agents.eval.pasa.rows import WHOLE_CORPUS_SUFFIX
 
     path = out / "eval_pasa" / "summary.json"
     if not path.is_file():

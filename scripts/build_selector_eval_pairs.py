@@ -45,7 +45,7 @@ from scholar_agents.papers.index import load_or_build_search, to_search_config
 from scholar_agents.papers.store import PaperStore
 from scholar_agents.pasa.prompts import SELECTOR_FALSE, SELECTOR_TRUE, selector_messages
 from scholar_agents.pasa.queries import load_pasa_queries, read_qid_file
-from scholar_agents.pasa.selector import truncate_abstract
+from scholar_agents.pasa.selectors.llm import truncate_abstract
 
 log = logging.getLogger("build_selector_eval_pairs")
 

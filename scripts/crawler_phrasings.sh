@@ -61,7 +61,7 @@ done
 "$PY" - "$OUT" "${SHIP:-1}" $SETTINGS <<'PYEOF'
 import datetime, sys
 from pathlib import Path
-from scholar_agents.eval.pasa_report import phrasing_report
+from scholar_agents.eval.pasa.report import phrasing_report
 out, ship, settings = Path(sys.argv[1]), sys.argv[2] == "1", sys.argv[3:]
 text = phrasing_report(
     [d for s in settings for d in sorted(out.glob(f"{s}*")) if d.is_dir()],

@@ -48,7 +48,7 @@ def main() -> int:
 
     from scholar_agents.llm import build_llm
     from scholar_agents.llm.config import LLMConfig
-    from scholar_agents.pasa.selector import Selector, SelectorPair
+    from scholar_agents.pasa.selectors.llm import Selector, SelectorPair
 
     port = free_port()
     log = args.out / "server.log"

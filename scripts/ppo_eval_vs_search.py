@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from scholar_agents.eval.bootstrap import BootstrapConfig, paired_diff
-from scholar_agents.eval.pasa_metrics import recall_at_depth
+from scholar_agents.eval.pasa.metrics import recall_at_depth
 
 
 def _read(path: str) -> dict[str, dict]:

@@ -32,7 +32,7 @@ def hidden_states(model, tok, rows: list[dict], max_abstract_chars: int | None, 
     import torch
 
     from scholar_agents.pasa.prompts import selector_messages
-    from scholar_agents.pasa.selector import truncate_abstract
+    from scholar_agents.pasa.selectors.llm import truncate_abstract
     from scholar_agents.runtime.progress import progress_bar
 
     texts = [tok.apply_chat_template(selector_messages(r["query"], r["title"],

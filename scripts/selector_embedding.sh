@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The embedding Selector (scholar_agents/pasa/embedding_selector.py) against zero-shot MiniLM cosine
+# The embedding Selector (scholar_agents/pasa/selectors/embedding.py) against zero-shot MiniLM cosine
 # and BM25 on held-out queries, negatives mined by BM25, by dense search and by hybrid search (the CPU default
 # `search=auto`: what a crawl's queue holds), queries in the original AutoScholarQuery
 # phrasing and the five request forms (data_gen.request_forms); one table (docs/selector.md, "Embedding Selector").

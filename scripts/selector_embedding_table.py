@@ -56,7 +56,7 @@ def card(meta: dict, found: list[dict], source: str) -> str:
         "",
         "P(relevant) = sigmoid(a · cos(W · e(query), e(title. abstract)) + b): the embedded all-MiniLM-L6-v2 vectors "
         "`e`, a linear query adapter `W` and a calibration (a, b). Loaded by `selector=embedding` "
-        "(`scholar_agents/pasa/embedding_selector.py`).",
+        "(`scholar_agents/pasa/selectors/embedding.py`).",
         "",
         f"- fitted by: `scholar train selector_embedding` on `{source}` ({tr.get('pairs')} pairs, "
         f"{tr.get('positives')} positive, {tr.get('queries')} AutoScholarQuery dev queries); "

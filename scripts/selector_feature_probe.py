@@ -4,7 +4,7 @@ dense-mined ones? Fitted on the TRAINING queries only (unlike scripts/selector_f
 held-out halves for an upper bound), scored on the held-out queries of each pair set.
 
 Features of a <query, paper> pair (title + abstract cut as the Selector reads it; the lexical ones and length are
-the lexical Selector's, ``scholar_agents/pasa/lexical_selector.py``):
+the lexical Selector's, ``scholar_agents/pasa/selectors/lexical.py``):
 - lexical: BM25 of the query against title + abstract and against the title alone, the IDF-weighted share of the
   query's terms found in each, shared query bigrams in each, the rarest shared term's IDF (the BM25 search's
   tokenizer: lower case, English stop words; IDF over the distinct papers of all the pair files read, no labels);
@@ -51,16 +51,16 @@ from scholar_agents.eval.metrics import roc_auc  # noqa: E402
 from scholar_agents.eval.selector import load_labelled_pairs  # noqa: E402
 from scholar_agents.eval.selector_baselines import bm25_scores  # noqa: E402
 from scholar_agents.llm.embedder import build_embedder  # noqa: E402
-from scholar_agents.pasa.embedding_selector import EmbeddingSelector, resolve_model_dir, unit_rows  # noqa: E402
-from scholar_agents.pasa.lexical_selector import FEATURES as PAIR_FEATURES  # noqa: E402
-from scholar_agents.pasa.lexical_selector import TermStats, pair_features  # noqa: E402
-from scholar_agents.pasa.pair_judge import pair_text  # noqa: E402
-from scholar_agents.pasa.selector import truncate_abstract  # noqa: E402
+from scholar_agents.pasa.selectors.embedding import EmbeddingSelector, resolve_model_dir, unit_rows  # noqa: E402
+from scholar_agents.pasa.selectors.lexical import FEATURES as PAIR_FEATURES  # noqa: E402
+from scholar_agents.pasa.selectors.lexical import TermStats, pair_features  # noqa: E402
+from scholar_agents.pasa.selectors.llm import truncate_abstract  # noqa: E402
+from scholar_agents.pasa.selectors.pair_judge import pair_text  # noqa: E402
 
 LEXICAL = ("bm25", "bm25_title", "idf_cover", "idf_cover_title", "bigrams", "bigrams_title", "rarest_hit")
 SEMANTIC = ("adapter", "cosine", "cosine_title", "maxsim_query", "maxsim_doc")
 LENGTH = ("log_length",)
-assert LEXICAL + LENGTH == PAIR_FEATURES  # the lexical Selector's features (pasa/lexical_selector.py), same order
+assert LEXICAL + LENGTH == PAIR_FEATURES  # the lexical Selector's features (pasa/selectors/lexical.py), same order
 FEATURES = LEXICAL + SEMANTIC + LENGTH
 # (name, features, fitted on which miners' training pairs, model)
 RECIPES = (

@@ -30,9 +30,9 @@ from scholar_agents.eval.metrics import roc_auc  # noqa: E402
 from scholar_agents.eval.selector import load_labelled_pairs  # noqa: E402
 from scholar_agents.eval.selector_baselines import bm25_scores  # noqa: E402
 from scholar_agents.llm.embedder import build_embedder  # noqa: E402
-from scholar_agents.pasa.embedding_selector import EmbeddingSelector  # noqa: E402
-from scholar_agents.pasa.pair_judge import pair_text  # noqa: E402
-from scholar_agents.pasa.selector import truncate_abstract  # noqa: E402
+from scholar_agents.pasa.selectors.embedding import EmbeddingSelector  # noqa: E402
+from scholar_agents.pasa.selectors.llm import truncate_abstract  # noqa: E402
+from scholar_agents.pasa.selectors.pair_judge import pair_text  # noqa: E402
 
 FUSIONS = {"adapter + BM25": ("adapter", "bm25"), "zero-shot cosine + BM25": ("cosine", "bm25"),
            "adapter + zero-shot cosine + BM25": ("adapter", "cosine", "bm25")}

@@ -29,7 +29,7 @@ from scholar_agents.eval.metrics import roc_auc  # noqa: E402
 from scholar_agents.eval.selector_baselines import bm25_scores, cosine_scores  # noqa: E402
 from scholar_agents.papers.ids import norm_id  # noqa: E402
 from scholar_agents.pasa.agent import queue_provenance  # noqa: E402
-from scholar_agents.pasa.selector import SelectorPair  # noqa: E402
+from scholar_agents.pasa.selectors.llm import SelectorPair  # noqa: E402
 from scholar_agents.pasa.trajectory import read_trajectories  # noqa: E402
 
 DEV = REPO.parent / "shared" / "data" / "queries" / "autoscholarquery_dev.jsonl"
@@ -98,10 +98,10 @@ def render(results: dict) -> str:
 def main(argv=None) -> dict:
     from scholar_agents.llm.embedder import build_embedder
     from scholar_agents.papers.store import PaperStore
-    from scholar_agents.pasa.embedding_selector import BUNDLED_DIR, EmbeddingSelector
-    from scholar_agents.pasa.lexical_selector import BUNDLED_DIR as LEXICAL_DIR
-    from scholar_agents.pasa.lexical_selector import LexicalSelector
-    from scholar_agents.pasa.provenance_selector import ProvenanceSelector
+    from scholar_agents.pasa.selectors.embedding import BUNDLED_DIR, EmbeddingSelector
+    from scholar_agents.pasa.selectors.lexical import BUNDLED_DIR as LEXICAL_DIR
+    from scholar_agents.pasa.selectors.lexical import LexicalSelector
+    from scholar_agents.pasa.selectors.provenance import ProvenanceSelector
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="<search backend>=<eval pasa run dir> (its trajectories/agent.jsonl)")

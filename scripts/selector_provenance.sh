@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The provenance Selector (scholar_agents/pasa/provenance_selector.py) — papers a dense search found
+# The provenance Selector (scholar_agents/pasa/selectors/provenance.py) — papers a dense search found
 # judged by the lexical Selector, every other paper by the embedding Selector — against zero-shot MiniLM cosine and
 # BM25 on held-out queries, negatives mined by BM25, dense and hybrid search, in the original phrasing and the five
 # request forms; one table (docs/selector.md, "The provenance Selector").

@@ -54,7 +54,7 @@ def card(meta: dict, found: list[dict], lexical_miner: str) -> str:
         "P(relevant) = a logistic regression over eight lexical features of a <query, paper> pair (BM25, IDF-weighted "
         "coverage and shared bigrams, each against title + abstract and against the title; the rarest shared term's "
         "IDF; the paper's length). `selector=provenance` judges the papers a dense search found with it "
-        "(`scholar_agents/pasa/lexical_selector.py`, `provenance_selector.py`).",
+        "(`scholar_agents/pasa/selectors/lexical.py`, `provenance.py`).",
         "",
         f"- fitted by: `scholar train selector_lexical` on `pairs_{lexical_miner}/pairs_train.jsonl` "
         f"({tr.get('pairs')} pairs with the request-form copies, {tr.get('positives')} positive, "

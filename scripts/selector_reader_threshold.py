@@ -36,7 +36,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from scholar_agents.papers.ids import norm_id  # noqa: E402
-from scholar_agents.pasa.selector import SelectorPair  # noqa: E402
+from scholar_agents.pasa.selectors.llm import SelectorPair  # noqa: E402
 from scholar_agents.pasa.trajectory import read_trajectories  # noqa: E402
 
 SAMPLE_QUERIES = REPO / "scholar_agents" / "assets" / "sample" / "autoscholarquery_dev.jsonl"
@@ -221,8 +221,8 @@ def write_card(model_dir: Path, mark: dict, table: str) -> None:
 def main(argv=None) -> dict:
     from scholar_agents.hydra_app import compose
     from scholar_agents.papers.store import PaperStore
-    from scholar_agents.pasa.pair_judge import read_meta
-    from scholar_agents.pasa.selector_factory import build_selector
+    from scholar_agents.pasa.selectors.pair_judge import read_meta
+    from scholar_agents.pasa.selectors.factory import build_selector
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--fit", type=Path, nargs="+", required=True, help="eval pasa run dirs to fit on")

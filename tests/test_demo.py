@@ -53,8 +53,8 @@ def test_demo_report_puts_held_out_agent_rows_beside_search_with_intervals(tmp_p
     eval_pasa/ dir: both settings, the agent rows beside the search rows with intervals and the paired comparison;
     the PPO note is read from the PPO stage's metrics.json and says when the policy never moved."""
     from scholar_agents.demo import _pasa_section, _ppo_note, _shipped_crawler_section
-    from scholar_agents.eval.pasa import pasa
-    from scholar_agents.eval.pasa_report import phrasing_report
+    from scholar_agents.eval.pasa.command import pasa
+    from scholar_agents.eval.pasa.report import phrasing_report
 
     run_dir = tmp_path / "demo"
     (run_dir / "eval_pasa").mkdir(parents=True)

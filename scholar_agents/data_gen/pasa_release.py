@@ -24,7 +24,7 @@ from scholar_agents.data_gen.llm_json import parse_llm_json
 from scholar_agents.pasa.actions import EXPAND, SEARCH, render_response
 from scholar_agents.pasa.prompts import crawler_expand_messages, crawler_search_messages
 from scholar_agents.pasa.queries import ScholarQuery, load_pasa_queries  # noqa: F401  (re-exported)
-from scholar_agents.pasa.selector import parse_judgement
+from scholar_agents.pasa.selectors.llm import parse_judgement
 from scholar_agents.validation import jsonl_records
 
 

@@ -39,7 +39,7 @@ from scholar_agents.papers.paper import Paper
 from scholar_agents.papers.titles import TitleMatcher
 from scholar_agents.pasa.prompts import SELECTOR_FALSE, SELECTOR_TRUE, selector_messages, selector_target
 from scholar_agents.pasa.queries import ScholarQuery, load_pasa_queries
-from scholar_agents.pasa.selector import Judgement, parse_judgement, truncate_abstract
+from scholar_agents.pasa.selectors.llm import Judgement, parse_judgement, truncate_abstract
 
 log = logging.getLogger(__name__)
 # Settings that change which items are read or how the output is assembled, not what a shard holds (the shards'

@@ -25,8 +25,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from scholar_agents.eval.bootstrap import auc_diff_by_query
 from scholar_agents.eval.metrics import binary_metrics, reliability_curve, roc_auc
-from scholar_agents.pasa.selector import SelectorPair
-from scholar_agents.pasa.selector_factory import build_selector, needs_llm, selector_kind
+from scholar_agents.pasa.selectors.factory import build_selector, needs_llm, selector_kind
+from scholar_agents.pasa.selectors.llm import SelectorPair
 from scholar_agents.validation import jsonl_records
 
 log = logging.getLogger(__name__)

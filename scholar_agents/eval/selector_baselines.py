@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from scholar_agents.pasa.selector import SelectorPair
+from scholar_agents.pasa.selectors.llm import SelectorPair
 
 BASELINES = ("minilm_cosine", "bm25")
 

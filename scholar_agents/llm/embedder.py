@@ -60,7 +60,8 @@ class Embedder:
 
     @property
     def sentence_transformer(self):
-        """The wrapped sentence-transformers model (what ``train.encoder`` fine-tunes, ``train/encoder_lora.py``)."""
+        """The wrapped sentence-transformers model (what ``train.encoder`` fine-tunes,
+        ``train/selector/encoder_lora.py``)."""
         return self._model
 
     def features(self, texts: Sequence[str], kind: str = "doc") -> dict:

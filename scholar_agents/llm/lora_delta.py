@@ -1,4 +1,4 @@
-"""A LoRA delta of the embedder (the embedding Selector with its encoder fine-tuned, ``train/encoder_lora.py``):
+"""A LoRA delta of the embedder (the embedding Selector with its encoder fine-tuned, ``train/selector/encoder_lora.py``):
 per adapted linear layer its ``lora_A`` [r, in], ``lora_B`` [out, r] and scaling, saved as safetensors and merged
 into a loaded embedder's weights (W += scaling · B·A, Hu et al. 2021 Eq. 3), so scoring needs no peft and runs at
 the base encoder's speed."""

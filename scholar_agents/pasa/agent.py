@@ -22,7 +22,7 @@ from scholar_agents.pasa.crawler import Crawler, crawl
 from scholar_agents.pasa.queries import ScholarQuery
 from scholar_agents.pasa.ranking import check_ranking
 from scholar_agents.pasa.ranking import order as rank_order
-from scholar_agents.pasa.selector import Selector, SelectorPair
+from scholar_agents.pasa.selectors.llm import Selector, SelectorPair
 from scholar_agents.pasa.trajectory import QueryTrajectory
 
 log = logging.getLogger(__name__)

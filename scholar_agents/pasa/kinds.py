@@ -11,8 +11,8 @@ from typing import Any, Sequence
 from scholar_agents.llm.factory import BACKENDS
 from scholar_agents.papers.index import KINDS
 from scholar_agents.pasa.ranking import RANKINGS
-from scholar_agents.pasa.selector import MARK_SOURCES
-from scholar_agents.pasa.selector_factory import SELECTOR_KINDS
+from scholar_agents.pasa.selectors.factory import SELECTOR_KINDS
+from scholar_agents.pasa.selectors.llm import MARK_SOURCES
 from scholar_agents.validation import one_of
 
 

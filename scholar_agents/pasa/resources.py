@@ -22,8 +22,8 @@ from scholar_agents.papers.live.fulltext import ExpandConfig, to_expand_config
 from scholar_agents.pasa.agent import AgentConfig
 from scholar_agents.pasa.crawl_env import CrawlConfig
 from scholar_agents.pasa.crawler import CrawlerConfig
-from scholar_agents.pasa.selector import SelectorConfig
-from scholar_agents.pasa.selector_factory import describe_selector
+from scholar_agents.pasa.selectors.llm import SelectorConfig
+from scholar_agents.pasa.selectors.factory import describe_selector
 from scholar_agents.typed_config import typed
 
 T = TypeVar("T")
@@ -292,7 +292,7 @@ class Resources:
         return OmegaConf.structured(self.setup.selector)
 
     def selector(self):
-        from scholar_agents.pasa.selector_factory import build_selector
+        from scholar_agents.pasa.selectors.factory import build_selector
 
         if self._selector is None:  # selector.kind=cross_encoder builds no LLM
             self._selector = build_selector(self._selector_node(),

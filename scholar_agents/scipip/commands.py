@@ -10,16 +10,26 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from scholar_agents.llm import build_llm
+from scholar_agents.llm.base import SamplingParams
+from scholar_agents.llm.embedder import build_embedder
+from scholar_agents.papers.store import PaperStore
 from scholar_agents.runtime.run_dir import run_dir
 from scholar_agents.scipip.config import SciPIPConfig
+from scholar_agents.scipip.db_build import build_literature_db
+from scholar_agents.scipip.idea_generation import IdeaPipeline, load_backgrounds, runs_to_markdown
+from scholar_agents.scipip.literature_db import LiteratureDB, LiteratureIndex
+from scholar_agents.scipip.output_parsers import normalize_keyword, parse_keywords
+from scholar_agents.scipip.prompts import tau2_keywords
+from scholar_agents.scipip.skc import skc_retrieve
+from scholar_agents.typed_config import typed
+from scholar_agents.validation import UsageError
 
 log = logging.getLogger(__name__)
 
 
 def scipip_config(cfg: DictConfig) -> SciPIPConfig:
     """The typed `scipip` node (validated against the dataclass, interpolations resolved)."""
-    from scholar_agents.typed_config import typed
-
     return typed(SciPIPConfig, cfg.scipip, "scipip")
 
 
@@ -35,8 +45,6 @@ def _write(out: Path, name: str, obj: Any) -> Path:
 def _check_inputs(sc: SciPIPConfig, backgrounds: bool = False) -> None:
     """The paper store (and the backgrounds file) exist: checked before any model loads, so a
     missing file fails in a second, not after minutes of loading."""
-    from scholar_agents.validation import UsageError
-
     if not Path(sc.store_path).is_file():
         raise UsageError(f"scipip.store_path={sc.store_path!r}: no such paper store; `scholar papers build` writes it "
                          "(with this command's papers=<name>: the bundled sample by default), or point "
@@ -47,11 +55,6 @@ def _check_inputs(sc: SciPIPConfig, backgrounds: bool = False) -> None:
 
 def build_db(cfg: DictConfig) -> dict:
     """Summarise, link and embed papers of the paper store into SciPIP's tables (resumable)."""
-    from scholar_agents.llm import build_llm
-    from scholar_agents.llm.embedder import build_embedder
-    from scholar_agents.papers.store import PaperStore
-    from scholar_agents.scipip.db_build import build_literature_db
-
     sc = scipip_config(cfg)
     _check_inputs(sc)
     out = run_dir(cfg)
@@ -70,22 +73,12 @@ def build_db(cfg: DictConfig) -> dict:
 
 
 def _load_index(sc: SciPIPConfig, embedder):
-    from scholar_agents.scipip.literature_db import LiteratureDB, LiteratureIndex
-
     db = LiteratureDB(sc.store_path)
     return db, LiteratureIndex.load(db, embedder.model_id)
 
 
 def retrieve(cfg: DictConfig) -> dict:
     """SKC retrieval for the configured backgrounds; reports every stage's size (§3.2)."""
-    from scholar_agents.llm.base import SamplingParams
-    from scholar_agents.llm.embedder import build_embedder
-    from scholar_agents.papers.store import PaperStore
-    from scholar_agents.scipip.idea_generation import load_backgrounds
-    from scholar_agents.scipip.output_parsers import normalize_keyword, parse_keywords
-    from scholar_agents.scipip.prompts import tau2_keywords
-    from scholar_agents.scipip.skc import skc_retrieve
-
     sc = scipip_config(cfg)
     _check_inputs(sc, backgrounds=True)
     out = run_dir(cfg)
@@ -94,8 +87,6 @@ def retrieve(cfg: DictConfig) -> dict:
     db, index = _load_index(sc, embedder)
     failures = 0
     if sc.skc.query_keywords == "llm" and sc.skc.mode != "abstract" and sc.skc.mode != "background":
-        from scholar_agents.llm import build_llm
-
         llm = build_llm(cfg.llm)
         gens = llm.generate([tau2_keywords(b["background"], sc.db.max_keywords) for b in backgrounds],
                             SamplingParams(max_new_tokens=sc.db.max_new_tokens_keywords))
@@ -134,11 +125,6 @@ def retrieve(cfg: DictConfig) -> dict:
 
 def ideas(cfg: DictConfig) -> dict:
     """Dual-path idea generation for the configured backgrounds (§3.3): ideas.json + ideas.md."""
-    from scholar_agents.llm import build_llm
-    from scholar_agents.llm.embedder import build_embedder
-    from scholar_agents.papers.store import PaperStore
-    from scholar_agents.scipip.idea_generation import IdeaPipeline, load_backgrounds, runs_to_markdown
-
     sc = scipip_config(cfg)
     _check_inputs(sc, backgrounds=True)
     out = run_dir(cfg)

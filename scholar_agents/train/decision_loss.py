@@ -1,6 +1,6 @@
 """``sft.loss_on=decision``: train the decision token as the two-way classifier the Selector reads.
 
-The Selector scores a pair by P(True) / (P(True) + P(False)) at the first answer position (pasa/selector.py,
+The Selector scores a pair by P(True) / (P(True) + P(False)) at the first answer position (pasa/selectors/llm.py,
 ``normalize=true``). This loss is the cross-entropy of exactly that quantity: the logits of the two decision
 words at the position before the answer's first token, nothing else. Compared with the LM loss on the whole answer
 it (a) spends no gradient on the rest of the vocabulary or the end-of-turn tokens, and (b) computes the output

@@ -18,12 +18,12 @@ from typing import ClassVar
 
 import pytest
 
-from scholar_agents.data_gen.autoscholarquery import autoscholarquery
+from scholar_agents.data_gen.autoscholarquery.command import autoscholarquery
 from scholar_agents.data_gen.crawler_sessions import crawler_sessions
 from scholar_agents.data_gen.selector_pairs import selector_pairs
 from scholar_agents.hydra_app import compose
 from scholar_agents.pasa.actions import parse_response
-from scholar_agents.pasa.selector import parse_judgement
+from scholar_agents.pasa.selectors.llm import parse_judgement
 from tests.fixtures.openai_http import ScriptedCompletions, serve
 from tests.paths import TEST_ASSETS
 

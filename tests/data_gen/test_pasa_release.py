@@ -13,7 +13,7 @@ from scholar_agents.data_gen.pasa_release import (
 from scholar_agents.data_gen.shards import ShardedRun, held_out_keys, shards_of
 from scholar_agents.pasa.actions import parse_response
 from scholar_agents.pasa.prompts import selector_messages, selector_target
-from scholar_agents.pasa.selector import parse_judgement
+from scholar_agents.pasa.selectors.llm import parse_judgement
 from tests.paths import TEST_ASSETS
 
 REL = TEST_ASSETS / "pasa_release"

@@ -222,7 +222,7 @@ def test_read_items_accepts_every_answer_shape_and_counts_the_rest():
 
 
 def test_split_by_source_paper_is_seeded_and_complete():
-    from scholar_agents.data_gen.autoscholarquery_assembly import SplitConfig, split_sources
+    from scholar_agents.data_gen.autoscholarquery.assembly import SplitConfig, split_sources
 
     ids = [f"s{i}" for i in range(20)]
     a = split_sources(ids, SplitConfig(), seed=0)
@@ -239,9 +239,9 @@ def test_split_by_source_paper_is_seeded_and_complete():
 def test_pasa_db_input_resolution_by_title_and_assembly(tmp_path):
     """PaSa's paper-database format end to end without an LLM: passages from `load_pasa_db`, a hand-written
     teacher answer, titles resolved through the store (the format has no ids in its sections)."""
-    from scholar_agents.data_gen.autoscholarquery_assembly import assemble
-    from scholar_agents.data_gen.autoscholarquery_generation import _passage_record
-    from scholar_agents.data_gen.autoscholarquery_inputs import collect_passages
+    from scholar_agents.data_gen.autoscholarquery.assembly import assemble
+    from scholar_agents.data_gen.autoscholarquery.generation import _passage_record
+    from scholar_agents.data_gen.autoscholarquery.inputs import collect_passages
     from scholar_agents.data_gen.citation_resolution import CitationResolver, ResolutionConfig
     from scholar_agents.hydra_app import compose
     from scholar_agents.papers.loaders import load_pasa_db

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from scholar_agents.eval.bootstrap import BootstrapConfig, mean_ci, paired_diff
-from scholar_agents.eval.pasa_metrics import gold_ranks, recall_at_depth
-from scholar_agents.eval.pasa_report import comparisons_table, crawler_pairs_table
-from scholar_agents.eval.pasa_stats import comparisons, crawler_pairs, summarize
+from scholar_agents.eval.pasa.metrics import gold_ranks, recall_at_depth
+from scholar_agents.eval.pasa.report import comparisons_table, crawler_pairs_table
+from scholar_agents.eval.pasa.stats import comparisons, crawler_pairs, summarize
 
 
 def test_mean_ci_covers_the_mean_narrows_with_n_and_is_reproducible():

@@ -9,7 +9,7 @@ import pytest
 from scholar_agents.eval.metrics import binary_metrics, reliability_curve, roc_auc
 from scholar_agents.eval.selector import evaluate_scores, load_labelled_pairs
 from scholar_agents.pasa.prompts import selector_messages
-from scholar_agents.pasa.selector import parse_judgement, truncate_abstract
+from scholar_agents.pasa.selectors.llm import parse_judgement, truncate_abstract
 from tests.paths import TEST_ASSETS
 
 ASSETS = TEST_ASSETS

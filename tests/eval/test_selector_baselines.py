@@ -8,7 +8,7 @@ import pytest
 
 from scholar_agents.eval.selector_baselines import baseline_scores, bm25_scores, cosine_scores, min_max
 from scholar_agents.hydra_app import compose
-from scholar_agents.pasa.selector import SelectorPair
+from scholar_agents.pasa.selectors.llm import SelectorPair
 
 Q1 = "graph neural networks for predicting molecule properties"
 Q2 = "reinforcement learning agents that play atari games"

@@ -61,7 +61,7 @@ def test_constrained_crawler_writes_only_valid_actions(toy, tiny_llm, torch_one_
 
 
 def test_autoscholarquery_under_its_schema_is_strict_json(tiny_model_dir, corpus, tmp_path):
-    from scholar_agents.data_gen.autoscholarquery import autoscholarquery
+    from scholar_agents.data_gen.autoscholarquery.command import autoscholarquery
     from scholar_agents.hydra_app import compose
 
     out = tmp_path / "tiny"

@@ -6,10 +6,10 @@ import math
 import pytest
 
 from scholar_agents.eval.bootstrap import BootstrapConfig
-from scholar_agents.eval.pasa_metrics import ndcg_at_k, top_metrics
-from scholar_agents.eval.pasa_report import ranking_table
-from scholar_agents.eval.pasa_rows import orderings_metrics
-from scholar_agents.eval.pasa_stats import ranking_pairs
+from scholar_agents.eval.pasa.metrics import ndcg_at_k, top_metrics
+from scholar_agents.eval.pasa.report import ranking_table
+from scholar_agents.eval.pasa.rows import orderings_metrics
+from scholar_agents.eval.pasa.stats import ranking_pairs
 from scholar_agents.hydra_app import compose
 from scholar_agents.pasa.agent import AgentConfig, AgentResult, RankedPaper
 from scholar_agents.pasa.ranking import RRF_K, order

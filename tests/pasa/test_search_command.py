@@ -84,7 +84,7 @@ def _card(tmp_path, name, mark):
     writes)."""
     import shutil
 
-    from scholar_agents.pasa.embedding_selector import BUNDLED_DIR
+    from scholar_agents.pasa.selectors.embedding import BUNDLED_DIR
 
     d = tmp_path / name
     shutil.copytree(BUNDLED_DIR, d)
@@ -121,7 +121,7 @@ def test_pasa_search_marks_what_the_card_fitted_for_a_reader_or_nothing(tmp_path
     assert runs["none"]["mark"].startswith("nothing marked: no threshold reached precision 0.60")
     assert "· 0 selected (nothing marked: no threshold reached" in (tmp_path / "none" / "results.md").read_text()
     # the same card under eval pasa (selector.mark=threshold) or an explicit threshold: the decision threshold
-    from scholar_agents.pasa.selector_factory import build_selector
+    from scholar_agents.pasa.selectors.factory import build_selector
 
     ev = build_selector(compose("eval_pasa", ["selector=embedding", f"selector.model={nothing}"]).selector)
     assert ev.mark.threshold == pytest.approx(0.2660445894303386) and ev.mark.note == ""

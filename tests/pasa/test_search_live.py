@@ -120,7 +120,7 @@ def test_offline_pasa_search_is_one_line_naming_the_backend(tmp_path, backend, c
 
 def test_eval_pasa_row_on_the_live_arxiv(tmp_path, corpus_store):
     """`eval pasa` accepts a live backend per row (`search: arxiv_api`): Table 2's search-only row on arXiv."""
-    from scholar_agents.eval.pasa import pasa
+    from scholar_agents.eval.pasa.command import pasa
 
     queries = tmp_path / "q.jsonl"
     queries.write_text(json.dumps({"qid": "q1", "question": "low rank adaptation of language models",

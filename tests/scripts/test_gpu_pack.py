@@ -36,7 +36,7 @@ IMAGE = _names(SCRIPTS / "gpu_image_packages.txt")
 CHECK_MODULES = [
     "scholar_agents.cli", "scholar_agents.hydra_app", "scholar_agents.plan.commands", "scholar_agents.train.plan_runs",
     "scholar_agents.runtime.slurm_probe", "scholar_agents.train.crawler_ppo", "scholar_agents.train.ppo.trainer",
-    "scholar_agents.train.selector_sft", "scholar_agents.llm.hf_backend", "scholar_agents.papers.bm25",
+    "scholar_agents.train.selector.sft", "scholar_agents.llm.hf_backend", "scholar_agents.papers.bm25",
     "hydra", "deepspeed", "trl", "datasets", "bm25s", "peft", "accelerate", "transformers", "rapidfuzz", "faiss",
 ]
 

@@ -1,6 +1,6 @@
 """scripts/selector_feature_probe.py: recipes fitted on training queries only, every held-out row against its bar,
 the request forms as tables of their own (its lexical features are the lexical Selector's, tested in
-tests/pasa/test_provenance_selector.py). Real MiniLM, tiny pairs."""
+tests/pasa/selectors/test_provenance.py). Real MiniLM, tiny pairs."""
 
 import json
 

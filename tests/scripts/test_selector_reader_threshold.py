@@ -73,8 +73,8 @@ def _world(tmp_path, n_queries, tag, settings=("", "@whole_corpus")):
 
 def test_the_mark_is_fitted_reported_per_setting_and_read_back_from_the_card(script, tmp_path):
     from scholar_agents.hydra_app import compose
-    from scholar_agents.pasa.embedding_selector import BUNDLED_DIR
-    from scholar_agents.pasa.selector_factory import build_selector, describe_selector
+    from scholar_agents.pasa.selectors.embedding import BUNDLED_DIR
+    from scholar_agents.pasa.selectors.factory import build_selector, describe_selector
 
     fit_papers, fit_gold = _world(tmp_path, 4, "f")
     held_papers, held_gold = _world(tmp_path, 2, "h")

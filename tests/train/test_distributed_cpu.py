@@ -90,7 +90,7 @@ def _losses(summary_path: Path) -> list[float]:
 @pytest.fixture(scope="module")
 def sft_single(tiny_model_dir, tmp_path_factory) -> Path:
     """One process x batch 4: the reference run."""
-    from scholar_agents.train.selector_sft import selector_sft
+    from scholar_agents.train.selector.sft import selector_sft
 
     tmp = tmp_path_factory.mktemp("sft_single")
     data = tmp / "pairs.jsonl"
@@ -135,7 +135,7 @@ def test_selector_sft_two_processes_match_one(sft_single, tiny_model_dir, tmp_pa
 def test_probe_head_init_two_processes_match_one(sft_single, tiny_model_dir, tmp_path):
     """The LP-FT recipe of scripts/selector_learning.sh (pruned, decision rows fitted by L-BFGS on every rank, then
     the decision loss) under torchrun: the fitted head and the 3 steps after it equal one process's."""
-    from scholar_agents.train.selector_sft import selector_sft
+    from scholar_agents.train.selector.sft import selector_sft
 
     recipe = ["sft.keep_layers=1", "sft.loss_on=decision", "sft.head_init=probe"]
     data = sft_single / "pairs.jsonl"

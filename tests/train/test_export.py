@@ -17,7 +17,7 @@ from scholar_agents.pasa.prompts import crawler_search_messages, selector_messag
 from scholar_agents.train.export.command import train_export
 from scholar_agents.train.export.sources import resolve_source
 from scholar_agents.train.export.validate import validation_prompts
-from scholar_agents.train.selector_sft import selector_sft
+from scholar_agents.train.selector.sft import selector_sft
 
 QUERIES = ["Which papers learn 3D features from CLIP?", "Any works about weight decay?"]
 

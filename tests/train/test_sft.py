@@ -11,8 +11,8 @@ from omegaconf import OmegaConf
 
 from scholar_agents.hydra_app import CONF_DIR, compose
 from scholar_agents.pasa.prompts import selector_messages, selector_target
-from scholar_agents.pasa.selector import Selector, SelectorPair
-from scholar_agents.train.selector_sft import selector_sft
+from scholar_agents.pasa.selectors.llm import Selector, SelectorPair
+from scholar_agents.train.selector.sft import selector_sft
 from scholar_agents.train.sft import SFTRecipeConfig, build_trainer
 from scholar_agents.train.sft_data import read_chat_jsonl, to_prompt_completion
 

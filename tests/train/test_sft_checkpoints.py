@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 
 from scholar_agents.hydra_app import compose
 from scholar_agents.train.ppo.checkpoint import COMPLETE
-from scholar_agents.train.selector_sft import selector_sft
+from scholar_agents.train.selector.sft import selector_sft
 from scholar_agents.train.sft_checkpoints import checkpoint_problem, last_checkpoint
 from tests.fixtures.sft import sft_overrides, write_selector_pairs
 

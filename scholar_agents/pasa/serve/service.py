@@ -13,10 +13,10 @@ from typing import Callable, Optional
 
 from omegaconf import DictConfig
 
-from scholar_agents.pasa.selector_factory import describe_selector
-from scholar_agents.pasa.queries import ScholarQuery, load_pasa_queries
-from scholar_agents.pasa.serve.jobs import Cancelled, Job
 from scholar_agents.papers.ids import norm_id
+from scholar_agents.pasa.queries import ScholarQuery, load_pasa_queries
+from scholar_agents.pasa.selectors.factory import describe_selector
+from scholar_agents.pasa.serve.jobs import Cancelled, Job
 from scholar_agents.pasa.serve.tree import build_tree
 from scholar_agents.pasa.serve.wording import session_line
 from scholar_agents.validation import UsageError
@@ -84,7 +84,7 @@ def _selector_name(cfg: DictConfig) -> str:
     if kind == "llm":
         return str((cfg.get("selector_llm") or cfg.llm).model)
     if kind in ("embedding", "provenance"):
-        from scholar_agents.pasa.embedding_selector import BUNDLED_DIR, resolve_model_dir
+        from scholar_agents.pasa.selectors.embedding import BUNDLED_DIR, resolve_model_dir
 
         d = resolve_model_dir(cfg.selector.get("model"))
         name = "embedding Selector (bundled)" if d == BUNDLED_DIR else f"embedding Selector {d}"
@@ -197,7 +197,7 @@ class SearchService:
         from dataclasses import replace
 
         from scholar_agents.pasa.crawler import Crawler
-        from scholar_agents.pasa.selector import SelectorPair
+        from scholar_agents.pasa.selectors.llm import SelectorPair
 
         [state] = agent.env.reset([ScholarQuery("warm-up", "warm up the models")])
         sessions = agent.env.next_sessions([state], 1)
@@ -406,7 +406,7 @@ class SearchService:
     def rationale(self, query: str, paper_id: str, found_by: str = "") -> dict:
         """The Selector's decision and rationale for one paper (PaSa Table 15: decision token first, then why);
         ``found_by``: the retriever that found it (the list's ``found_by``)."""
-        from scholar_agents.pasa.selector import SelectorPair
+        from scholar_agents.pasa.selectors.llm import SelectorPair
 
         with self._lock:
             agent = self.agent()

@@ -23,8 +23,8 @@ def evaluate_heldout(queries, store, search, env_cfg, crawler, tokenizer, rank: 
     """Crawl, gather, summarise; rank 0 writes ``eval_<tag>.jsonl`` (per-query rows) and
     ``trajectories_eval_<tag>.jsonl`` (the crawls, for ``pasa serve``'s trees). Every rank returns after the same
     barrier; only rank 0's dict is filled."""
-    from scholar_agents.eval.pasa_rows import agent_rows, gold_in_store
-    from scholar_agents.eval.pasa_stats import summarize
+    from scholar_agents.eval.pasa.rows import agent_rows, gold_in_store
+    from scholar_agents.eval.pasa.stats import summarize
     from scholar_agents.pasa.agent import AgentConfig, PaSaAgent
     from scholar_agents.pasa.crawl_env import CrawlEnv
 

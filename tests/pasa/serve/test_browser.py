@@ -297,7 +297,7 @@ def test_the_embedded_defaults_in_a_real_browser(tmp_path_factory, browser):
     """SmolLM2 + the shipped Crawler adapter and the embedding Selector, search=auto, the sample corpus: what
     `scholar pasa serve` runs with no override. The run dir: `eval pasa` on the same defaults (search-only vs agent)
     on one dev query."""
-    from scholar_agents.eval.pasa import pasa
+    from scholar_agents.eval.pasa.command import pasa
     from scholar_agents.hydra_app import compose
     from tests.fixtures.pasa_serve import serve_process
 

@@ -12,7 +12,7 @@ from scholar_agents.pasa.actions import SEARCH
 from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
 from scholar_agents.pasa.crawler import Crawler, CrawlerConfig
 from scholar_agents.pasa.queries import ScholarQuery
-from scholar_agents.pasa.selector import Selector
+from scholar_agents.pasa.selectors.llm import Selector
 from scholar_agents.train.ppo.config import PPOConfig
 from scholar_agents.train.ppo.rewards import INVALID, RewardConfig, gold_sets, reward_stats
 from scholar_agents.train.ppo.rollout import (
