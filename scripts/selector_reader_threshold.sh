@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The "selected" mark fitted for a reader on real crawls' hits (docs/selector.md, "The reader's mark"):
+# The "selected" mark fitted for a reader on real crawls' hits (docs/results/selector_embedding.md, "The reader's mark"):
 #   1. `eval pasa` crawls of FIT and HELD-OUT queries in both settings (date-filtered and whole corpus), the agent as
 #      `pasa search` runs it (the user's words searched, fallback search), BM25, no Selector (the script re-scores);
 #   2. scripts/selector_reader_threshold.py: the lowest threshold whose precision on the fit crawls' gold-labelled

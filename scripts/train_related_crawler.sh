@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Teach the shipped Crawler which found papers to follow (crawler.env.related_expand; docs/pasa.md "Related
-# expansion", docs/ppo.md "RL on which found papers to follow"), on the shared corpus (needs ../shared):
+# Teach the shipped Crawler which found papers to follow (crawler.env.related_expand; docs/results/related_expansion.md,
+# docs/results/ppo_related_follow.md), on the shared corpus (needs ../shared):
 #
 #   nice -n 5 bash scripts/train_related_crawler.sh > outputs/related_crawler/run.log 2>&1
 #

@@ -78,7 +78,7 @@ class DecisionLossTrainer(SFTTrainer):
         output head by L-BFGS on the training set's decision states, a convex L2-regularised logistic regression.
 
         Why not just Adam: the states the head reads can carry a massive, near-constant dimension (SmolLM2-135M at
-        layer 15: mean 23.9 vs std 0.07-0.42 elsewhere, docs/selector.md); Adam moves every weight ~lr per step,
+        layer 15: mean 23.9 vs std 0.07-0.42 elsewhere, docs/results/selector_learning.md); Adam moves every weight ~lr per step,
         so the logit moves ~100x more through that dimension than through the content ones and the fit stalls.
         The rows' common part (their mean, which sets their mass against the rest of the vocabulary) is kept, so
         only P(True) / (P(True) + P(False)) changes. Two decision words only.

@@ -8,7 +8,7 @@ labelled pairs:
 - shared query bigrams in each; the IDF of the rarest query term the paper contains;
 - log(1 + the paper's terms).
 
-Why it exists (docs/selector.md, "Which features separate gold papers from each miner's negatives"): among the papers
+Why it exists (docs/results/selector_embedding.md, "Which features separate gold papers from each miner's negatives"): among the papers
 a DENSE search returned for a query, meaning no longer separates the gold ones — the search already ranked by it
 (held-out AUC of zero-shot MiniLM cosine 0.502, of the embedding Selector 0.559) — while the words do (BM25 0.650),
 and this head, fitted on dense-mined training queries, does better than BM25 on held-out ones. On BM25's own hits it

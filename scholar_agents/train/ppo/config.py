@@ -42,7 +42,7 @@ class PPOConfig:
     ref_model: str | None = None  # π_sft for the KL term; null = policy_model (the starting checkpoint)
     value_model: str | None = None  # initial V̂_φ backbone; null = policy_model
     value_head: str = "separate"  # separate (a value model, the paper's) | shared (a head on the policy)
-    # pretrained (the weights in policy_model) | random (ours, issue 28: policy, π_sft and value backbone drawn from
+    # pretrained (the weights in policy_model) | random (ours: policy, π_sft and value backbone drawn from
     # policy_model's config.json with `seed`, the rollout engine synced to them; memory/speed checks of a model shape
     # without writing its checkpoint first, scripts/gpu_check.sh). A resumed run loads its saved weights.
     policy_init: str = "pretrained"
@@ -90,11 +90,11 @@ class PPOConfig:
     gamma1: float = 0.1  # cross-session discount (bootstrap from the added papers' S_{q+p} values)
     beta: float = 0.1  # per-token KL penalty to π_sft
     gae_lambda: float = 0.95  # gae only
-    # grpo / rloo (ours, issue 36): G whole crawls of each training query per step, their returns compared within the
+    # grpo / rloo (ours): G whole crawls of each training query per step, their returns compared within the
     # group (no V̂). grpo: (R − mean)/(std + eps) (Shao et al. 2024); scale_rewards=false: R − mean (Dr. GRPO, Liu et
     # al. 2025). rloo: R − mean of the OTHER G−1 returns (Ahmadian et al. 2024).
     group_size: int = 4
-    # grpo / rloo (ours, issue 36): the last `forced_members` crawls of each group write their search session under
+    # grpo / rloo (ours): the last `forced_members` crawls of each group write their search session under
     # the action grammar with at least `forced_searches` [Search] actions (a behaviour policy: the ratio and the KL
     # still use the model's unconstrained log-probs). Every policy we trained writes one search a crawl, where the
     # verified teacher's recall comes from two or three; a group whose crawls all search once has nothing to credit
@@ -142,13 +142,13 @@ class PPOConfig:
     resume: bool = True  # continue from the newest checkpoint in checkpoint_dir
     checkpoint_dir: str | None = None  # null = <run dir>/checkpoints (Slurm requeues keep the run dir)
     save_every: int = 1  # steps; a preemption signal always saves
-    # Ours (issue 28): false = no checkpoint after the last step (ZeRO-3 writes ~12 B per parameter; smoke and memory
+    # Ours: false = no checkpoint after the last step (ZeRO-3 writes ~12 B per parameter; smoke and memory
     # checks need none). Periodic (save_every) and preemption checkpoints are unchanged.
     save_final: bool = True
     keep_last: int = 2
     eval_at_start: bool = True  # crawler recall of the starting policy on the held-out queries
     eval_at_end: bool = True
-    # Ours (issue 26 item 4): also every N steps (0 = never), logged with that step as eval/crawler_recall and
+    # Ours: also every N steps (0 = never), logged with that step as eval/crawler_recall and
     # eval/crawler_actions, the crawls as trajectories_eval_stepNNNNNN.jsonl: whether a long run's held-out figure
     # moves or plateaus, not only where it ends
     eval_every: int = 0

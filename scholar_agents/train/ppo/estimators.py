@@ -304,7 +304,7 @@ ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (PaperMC(), GAE(), GRPO()
 
 def group_stats(samples: Sequence["SessionSample"], targets: Sequence[SessionTargets],
                 beta: float = 0.0, forced_from: int | None = None) -> dict[str, float]:
-    """Is there a signal for the group baseline? (issue 36: logged every step under grpo / rloo.) Per query, its
+    """Is there a signal for the group baseline? (Logged every step under grpo / rloo.) Per query, its
     crawls' returns R (``session_return`` holds the crawl's R) and gold hits. ``group/return_std``: mean over groups
     of the std of R; ``group/flat_share``: share of groups whose crawls all returned the same R (every token's
     advantage 0: nothing to learn from that query this step); ``group/gold_differs_share``: share of groups whose

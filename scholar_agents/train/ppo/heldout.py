@@ -50,7 +50,7 @@ def evaluate_heldout(queries, store, search, env_cfg, crawler, tokenizer, rank: 
                "sessions": s.get("sessions"), "queue": s.get("n_queue"), "queries": s.get("queries"),
                "seconds": round(time.perf_counter() - t0, 1)}
         (run_dir / f"eval_{tag}.jsonl").write_text("".join(json.dumps(r, default=str) + "\n" for r in rows))
-        # the crawls themselves, for `pasa serve`'s trees (issue 27): the same records as eval pasa's
+        # the crawls themselves, for `pasa serve`'s trees: the same records as eval pasa's
         (run_dir / f"trajectories_eval_{tag}.jsonl").write_text(
             "".join(json.dumps(t, ensure_ascii=False, default=str) + "\n" for t in trajs))
         log.info("eval %s: crawler recall %.4f, actions %.2f on %d held-out queries (%d ranks)", tag,

@@ -1,4 +1,4 @@
-"""What a PPO step did on a known-answer crawl task (``scholar data_gen crawl_tasks``, issue 26): the rate of the
+"""What a PPO step did on a known-answer crawl task (``scholar data_gen crawl_tasks``): the rate of the
 optimal action where it is known, the crawler recall of the step's rollouts, actions per query and the share of
 Selector-class papers in what was collected. Logged as ``task/*`` beside the trainer's own metrics when
 ``ppo.known_task`` names a task's ``task.json``; the learning tests and ``scripts/ppo_known_tasks.sh`` read them."""

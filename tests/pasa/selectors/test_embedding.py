@@ -165,7 +165,7 @@ def test_eval_selector_leaves_out_the_queries_the_selector_was_fitted_on(tmp_pat
 
 
 def test_fusion_ceiling_script_finds_the_miners_score_weighted_against_relevance(tmp_path, embedder):
-    """scripts/selector_fusion_ceiling.py (docs/selector.md, "Would a calibrated fusion with BM25 win there?") on a
+    """scripts/selector_fusion_ceiling.py (docs/results/selector_embedding.md, "Would a calibrated fusion with BM25 win there?") on a
     pair set whose negatives were chosen for their word overlap with the query, as BM25 mining does: BM25 alone ranks
     them first (AUC below 0.5), and the fusion fitted across query halves learns a NEGATIVE BM25 weight — the
     artifact the docs report — and beats BM25."""
