@@ -18,6 +18,9 @@ retrieval precision/recall of §4.6 only).
 ``load_cases`` reads our JSONL, the official Thought-Retriever per-case JSON files, and the AcademicEval
 benchmark release (ulab-uiuc/AcademicEval: ``abs_9K/…test….json``, ``related_34K/…``; fields ``title``,
 ``abstract``, ``main_content``, ``gt``; related samples are ``[target, *citations]``).
+
+One file (~500 lines) on purpose: the three task builders, the writer and the loader share one record layout (Table 4's
+field names); split apart, each would restate it.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@
 - ``load_gold_stubs``: AutoScholarQuery gold papers (id, title, year, abstract where known).
 
 Malformed records raise ``ValueError("<file>:<line>: ...")``; with ``skip_bad=True`` they are counted and logged.
+
+One file (~500 lines) on purpose: each loader is a few dozen lines over the same cleaning and bad-record helpers; a file
+per format would repeat them.
 """
 
 from __future__ import annotations

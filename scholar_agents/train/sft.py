@@ -29,6 +29,9 @@ Selector, the Crawler and ``vllm serve`` load directly.
 
 Hardware: one CPU process (``use_cpu=true``), ``torchrun --nproc_per_node N`` / ``accelerate launch`` on GPUs, with
 DeepSpeed ZeRO-2/3 via ``deepspeed=<json>`` (``conf/deepspeed/``).
+
+One file (~580 lines) on purpose: one TRL build with its resume and adapter paths, which read the same recipe
+fields; the data (``sft_data.py``) and the checkpoints (``sft_checkpoints.py``) already live apart.
 """
 
 from __future__ import annotations
