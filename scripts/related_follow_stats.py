@@ -5,7 +5,9 @@
 Per agent row (default: every row with trajectories): queries, related expand sessions (S_q+p on a paper without
 sections), how many of them wrote at least one [Expand], the [Expand]s by outline entry (Title / Key phrase), papers
 those searches added to the queue, gold papers they added (the queries file's gold), and the share of followed
-papers whose searches added gold. Prints a markdown table.
+papers whose searches added gold. Prints a markdown table; then, per action class (the Crawler's [Search]es, its
+related [Expand]s), the gold an action added on average and the Eq. 1 return that earns with the gold-only reward
+(alpha x gold - c, PaSa Table 9's alpha 1.5 and c 0.1): whether following, as the policy did it, pays for its action.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from scholar_agents.papers.ids import norm_id
 from scholar_agents.pasa.queries import load_pasa_queries
+from scholar_agents.train.ppo.rewards import RewardConfig
 
 
 def is_related_session(session: dict) -> bool:
@@ -59,6 +62,43 @@ def follow_stats(trajectories: list[dict], gold_of: dict[str, set[str]]) -> dict
     return dict(c)
 
 
+def action_returns(trajectories: list[dict], gold_of: dict[str, set[str]],
+                   reward: RewardConfig = RewardConfig()) -> dict[str, dict]:
+    """Per action class, over executed actions: count, gold added (an action's ``added`` papers are new to the
+    queue, so each gold paper counts once a crawl), gold per action and Eq. 1's alpha * that - c."""
+    out: dict[str, Counter] = {"search": Counter(), "related expand": Counter()}
+    for t in trajectories:
+        gold = gold_of.get(t["qid"], set())
+        for s in t["sessions"]:
+            for a in s.get("actions") or []:
+                if a.get("status") != "executed":
+                    continue
+                cls = "related expand" if a.get("found_by") == "related" else (
+                    "search" if a.get("kind") == "search" else None)
+                if cls is None:
+                    continue
+                out[cls]["actions"] += 1
+                out[cls]["gold"] += len({norm_id(p) for p in a.get("added") or []} & gold)
+    res = {}
+    for cls, c in out.items():
+        n = c["actions"]
+        kind = "expand" if cls == "related expand" else "search"
+        per = c["gold"] / n if n else 0.0
+        res[cls] = {"actions": n, "gold": c["gold"], "gold_per_action": per,
+                    "return_per_action": reward.alpha * per - reward.cost(kind) if n else None}
+    return res
+
+
+def returns_table(returns: dict[str, dict[str, dict]]) -> str:
+    lines = ["| row | action | executed | gold added | gold / action | Eq. 1 return / action (gold only) |",
+             "|---|---|---:|---:|---:|---:|"]
+    for row, by_cls in returns.items():
+        for cls, r in by_cls.items():
+            ret = "-" if r["return_per_action"] is None else f"{r['return_per_action']:+.3f}"
+            lines.append(f"| {row} | {cls} | {r['actions']} | {r['gold']} | {r['gold_per_action']:.3f} | {ret} |")
+    return "\n".join(lines) + "\n"
+
+
 def table(stats: dict[str, dict]) -> str:
     lines = ["| row | queries | related sessions | sessions with an [Expand] | [Expand] Title / Key phrase | papers added "
              "| gold added | followed papers adding gold |", "|---|---:|---:|---:|---|---:|---:|---|"]
@@ -83,11 +123,13 @@ def main(argv: list[str]) -> int:
     if not files:
         print(f"no trajectories under {run}/trajectories", file=sys.stderr)
         return 2
-    stats = {}
+    stats, returns = {}, {}
     for f in files:
         rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
         stats[f.stem] = follow_stats(rows, gold_of)
+        returns[f.stem] = action_returns(rows, gold_of)
     print(table(stats))
+    print(returns_table(returns))
     return 0
 
 

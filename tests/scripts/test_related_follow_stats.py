@@ -42,3 +42,23 @@ def test_the_record_field_decides_over_the_prompt():
                 _session("S_q+p", '["Title"]', stop)]
     c = m.follow_stats([{"qid": "q", "sessions": sessions}], {})
     assert c["related_sessions"] == 2 and "sessions_following" not in c
+
+
+def test_action_returns_price_each_class_of_action_with_eq1():
+    m = _load()
+    traj = [{"qid": "q1", "sessions": [
+        _session("S_q", None, [{"kind": "search", "argument": "x", "added": ["g1", "n1"], "found_by": "search",
+                                "status": "executed"},
+                               {"kind": "search", "argument": "y", "added": [], "found_by": "search",
+                                "status": "executed"}]),
+        _session("S_q+p", '["Title"]', [
+            {"kind": "expand", "argument": "Title", "added": ["g2", "n2"], "found_by": "related", "status": "executed"},
+            {"kind": "expand", "argument": "Key phrase: a", "added": ["n3"], "found_by": "related",
+             "status": "executed"},
+            {"kind": "expand", "argument": "Nope", "added": [], "found_by": None, "status": "unknown_section"}]),
+    ]}]
+    r = m.action_returns(traj, {"q1": {"g1", "g2"}})
+    assert r["search"] == {"actions": 2, "gold": 1, "gold_per_action": 0.5, "return_per_action": 1.5 * 0.5 - 0.1}
+    assert r["related expand"]["actions"] == 2 and r["related expand"]["gold"] == 1
+    assert abs(r["related expand"]["return_per_action"] - (1.5 * 0.5 - 0.1)) < 1e-12
+    assert "| agent | related expand | 2 | 1 | 0.500 | +0.650 |" in m.returns_table({"agent": r})
