@@ -22,7 +22,7 @@ def test_versioned_and_old_style_arxiv_ids(raw, want):
 
 
 def test_every_caller_uses_the_one_function():
-    from scholar_agents.eval.pasa.command import metrics as pasa_metrics
+    from scholar_agents.eval.pasa import metrics as pasa_metrics
     from scholar_agents.pasa.serve import tree
     from scholar_agents.papers import loaders
 
