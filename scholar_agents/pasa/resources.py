@@ -15,16 +15,29 @@ from typing import Any, Mapping, Optional, Sequence, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
+from scholar_agents.llm import build_llm
 from scholar_agents.llm.config import EmbedderConfig, LLMConfig
-from scholar_agents.papers.corpus import PapersConfig, to_papers_config
-from scholar_agents.papers.index import SearchConfig, to_search_config
-from scholar_agents.papers.live.fulltext import ExpandConfig, to_expand_config
-from scholar_agents.pasa.agent import AgentConfig
-from scholar_agents.pasa.crawl_env import CrawlConfig
-from scholar_agents.pasa.crawler import CrawlerConfig
+from scholar_agents.llm.embedder import build_embedder
+from scholar_agents.llm.factory import resolve_model_path
+from scholar_agents.papers.corpus import PapersConfig, build_store, prebuilt_store_problem, to_papers_config
+from scholar_agents.papers.index import (
+    IndexNotBuilt,
+    LIVE_KINDS,
+    SearchConfig,
+    load_or_build_search,
+    resolve_kind,
+    to_search_config,
+)
+from scholar_agents.papers.live.fulltext import ExpandConfig, build_fulltext, to_expand_config
+from scholar_agents.papers.live.store import open_live_store
+from scholar_agents.papers.store import PaperStore
+from scholar_agents.pasa.agent import AgentConfig, PaSaAgent
+from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
+from scholar_agents.pasa.crawler import Crawler, CrawlerConfig
+from scholar_agents.pasa.selectors.factory import build_selector, describe_selector
 from scholar_agents.pasa.selectors.llm import SelectorConfig
-from scholar_agents.pasa.selectors.factory import describe_selector
 from scholar_agents.typed_config import typed
+from scholar_agents.validation import UsageError
 
 T = TypeVar("T")
 
@@ -91,9 +104,6 @@ def prebuilt_corpus(pcfg) -> bool:
     taking no file lock (``papers.prebuilt``; null = when WORLD_SIZE > 1 and the store is built). Every rank
     building under the store's ``flock`` and opening it read-write is unsafe where locks are per node (Lustre
     ``localflock``) and SQLite's WAL across hosts; ``scholar papers prepare`` builds them once, before the ranks."""
-    from scholar_agents.papers.corpus import prebuilt_store_problem
-    from scholar_agents.validation import UsageError
-
     if pcfg.prebuilt is False or (pcfg.prebuilt is None and int(os.environ.get("WORLD_SIZE") or 1) <= 1):
         return False
     problem = prebuilt_store_problem(pcfg)
@@ -152,9 +162,6 @@ class Resources:
     kind, one LLM per model (the Crawler and the Selector share it when their configs are equal)."""
 
     def __init__(self, setup: PasaSetup | DictConfig):
-        from scholar_agents.papers.corpus import build_store
-        from scholar_agents.papers.store import PaperStore
-
         # a DictConfig is typed here: the PPO builder (train/ppo/inputs.py) still hands its composed config
         self.setup = setup if isinstance(setup, PasaSetup) else pasa_setup(setup)
         pcfg = self.setup.papers
@@ -165,8 +172,6 @@ class Resources:
         self._prebuilt_asked = pcfg.prebuilt
         self.index_dir = str(pcfg.index_dir)
         if self.live:
-            from scholar_agents.papers.live.store import open_live_store
-
             # Live backends add what they fetch to one store: a copy of the corpus store (papers/live/store.py).
             self.store = open_live_store(pcfg.store, pcfg.live_store)
             self.index_dir += "+live"  # a local row over the live store must not overwrite the corpus' indexes
@@ -184,8 +189,6 @@ class Resources:
     @property
     def live(self) -> bool:
         """Whether a live backend is configured (search=arxiv_api|semantic_scholar or expand=ar5iv|...)."""
-        from scholar_agents.papers.index import LIVE_KINDS
-
         search, expand = self.setup.search, self.setup.expand
         serper_adds = search.kind == "online" and search.online.add_missing
         return (search.kind in LIVE_KINDS or any(k in LIVE_KINDS for k in self.setup.row_search_kinds)
@@ -195,8 +198,6 @@ class Resources:
         """The [Expand] fetcher of ``expand`` (None for expand=store)."""
         expand = self.setup.expand
         if self._fulltext is None and expand is not None:
-            from scholar_agents.papers.live.fulltext import build_fulltext
-
             if expand.kind != "store":
                 expand = _default_cache(expand, expand.kind, self.setup.http_cache_dir)
             self._fulltext = build_fulltext(expand, self.store)
@@ -212,8 +213,6 @@ class Resources:
     # ---- search ----
 
     def search(self, kind: Optional[str] = None):
-        from scholar_agents.papers.index import LIVE_KINDS, IndexNotBuilt, load_or_build_search
-
         scfg = dataclasses.replace(self.setup.search, kind=kind or self.setup.search.kind)
         if scfg.kind == "auto":  # hybrid or bm25, as the Crawler's training data were searched
             scfg.kind = self.resolved_search_kind()
@@ -236,16 +235,12 @@ class Resources:
     def resolved_search_kind(self) -> str:
         """``search.kind`` with ``auto`` resolved (papers.index.resolve_kind): what the agent searches with."""
         if not hasattr(self, "_search_kind"):
-            from scholar_agents.papers.index import resolve_kind
-
             self._search_kind, self._search_why = resolve_kind(self.setup.search, len(self.store), self.index_dir)
             log.info("the agent searches with %s (%s)", self._search_kind, self._search_why)
         return self._search_kind
 
     def embedder(self):
         if self._embedder is None:
-            from scholar_agents.llm.embedder import build_embedder
-
             self._embedder = build_embedder(self.setup.embedder)
         return self._embedder
 
@@ -265,8 +260,6 @@ class Resources:
         return crawler_adapter_for(self.setup.llm, self.setup.crawler_policy, model)[0]
 
     def _llm_from(self, llm: LLMConfig, model: Optional[str] = None, role: str = "crawler", adapter: Any = "preset"):
-        from scholar_agents.llm import build_llm
-
         c = self._llm_config(llm, model, adapter)
         key = json.dumps(c, sort_keys=True)
         if key not in self._llms:
@@ -292,8 +285,6 @@ class Resources:
         return OmegaConf.structured(self.setup.selector)
 
     def selector(self):
-        from scholar_agents.pasa.selectors.factory import build_selector
-
         if self._selector is None:  # selector.kind=cross_encoder builds no LLM
             self._selector = build_selector(self._selector_node(),
                                             lambda: self._llm_from(self.setup.scoring_llm, role="selector"))
@@ -315,10 +306,6 @@ class Resources:
 
     def agent(self, spec: Any = None):
         """A PaSaAgent; ``spec`` (an eval row) may override the crawler model, [Expand], Selector use, ensemble."""
-        from scholar_agents.pasa.agent import PaSaAgent
-        from scholar_agents.pasa.crawl_env import CrawlEnv
-        from scholar_agents.pasa.crawler import Crawler
-
         # copies: a row's overrides must not reach the next row
         env_cfg = dataclasses.replace(self.setup.crawler_env)
         agent_cfg = dataclasses.replace(self.setup.agent)
@@ -424,8 +411,6 @@ def _resolved_policy(policy: dict, adapter: Optional[str]) -> dict:
 
 
 def _same_model(a: str, b: str) -> bool:
-    from scholar_agents.llm.factory import resolve_model_path
-
     try:
         return Path(resolve_model_path(a)).resolve() == Path(resolve_model_path(b)).resolve()
     except (ValueError, FileNotFoundError):

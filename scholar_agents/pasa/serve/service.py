@@ -13,9 +13,20 @@ from typing import Callable, Optional
 
 from omegaconf import DictConfig
 
+from scholar_agents.llm.cache import CachedLLM
+from scholar_agents.llm.cancel import GenerationCancelled, cancel_scope
+from scholar_agents.llm.embedder import resolve_embedder_path
+from scholar_agents.llm.factory import resolve_model_path
+from scholar_agents.llm.model_files import human_count, parameter_count
 from scholar_agents.papers.ids import norm_id
-from scholar_agents.pasa.queries import ScholarQuery, load_pasa_queries
+from scholar_agents.papers.store import PaperStore
+from scholar_agents.pasa.crawler import Crawler
+from scholar_agents.pasa.queries import ScholarQuery, load_pasa_queries, seeded_query
+from scholar_agents.pasa.resources import pasa_setup
+from scholar_agents.pasa.search_run import write_search_run
+from scholar_agents.pasa.selectors.embedding import BUNDLED_DIR, resolve_model_dir
 from scholar_agents.pasa.selectors.factory import describe_selector
+from scholar_agents.pasa.selectors.llm import SelectorPair
 from scholar_agents.pasa.serve.jobs import Cancelled, Job
 from scholar_agents.pasa.serve.tree import build_tree
 from scholar_agents.pasa.serve.wording import session_line
@@ -46,8 +57,6 @@ def snippet(abstract: str) -> Optional[str]:
 
 def _cache_counts(llms) -> tuple[int, int]:
     """(hits, misses) summed over the LLM response caches among ``llms`` (a backend without one counts 0)."""
-    from scholar_agents.llm.cache import CachedLLM
-
     seen = {id(x): x for x in llms if isinstance(x, CachedLLM)}
     return sum(x.hits for x in seen.values()), sum(x.misses for x in seen.values())
 
@@ -66,9 +75,6 @@ BIGGER = ("a bigger corpus: `scholar papers build papers=shared_corpus` (or your
 
 
 def _model_fact(model: str) -> dict:
-    from scholar_agents.llm.factory import resolve_model_path
-    from scholar_agents.llm.model_files import human_count, parameter_count
-
     try:
         path = resolve_model_path(model)
     except ValueError:
@@ -84,8 +90,6 @@ def _selector_name(cfg: DictConfig) -> str:
     if kind == "llm":
         return str((cfg.get("selector_llm") or cfg.llm).model)
     if kind in ("embedding", "provenance"):
-        from scholar_agents.pasa.selectors.embedding import BUNDLED_DIR, resolve_model_dir
-
         d = resolve_model_dir(cfg.selector.get("model"))
         name = "embedding Selector (bundled)" if d == BUNDLED_DIR else f"embedding Selector {d}"
         if kind == "provenance":  # the lexical head judges dense hits only
@@ -99,9 +103,6 @@ def _selector_fact(cfg: DictConfig) -> dict:
     kind = str(cfg.selector.get("kind", "llm"))
     if kind == "llm":
         return _model_fact(str((cfg.get("selector_llm") or cfg.llm).model))
-    from scholar_agents.llm.embedder import resolve_embedder_path
-    from scholar_agents.llm.model_files import human_count, parameter_count
-
     n = parameter_count(resolve_embedder_path("embedded:minilm"))  # both no-LLM Selectors are MiniLM-sized
     return {"name": _selector_name(cfg), "params": n, "size": human_count(n)}
 
@@ -124,8 +125,6 @@ def headline(facts: dict) -> str:
 
 def corpus_facts(cfg: DictConfig) -> dict:
     """The facts of :meth:`SearchService.corpus` (a store that is not built yet is said to be so)."""
-    from scholar_agents.papers.store import PaperStore
-
     papers = cfg.papers
     facts: dict = {"name": str(papers.get("name") or "?"), "store": str(papers.store), "built": False,
                    "search": str(cfg.search.kind), "expand": str(cfg.expand.kind) if cfg.get("expand") else "store",
@@ -151,8 +150,6 @@ class SearchService:
     """Owns the models. ``run(job, emit)`` is the queue's worker function; ``rationale`` asks the Selector why."""
 
     def __init__(self, cfg: DictConfig):
-        from scholar_agents.pasa.resources import pasa_setup
-
         self.cfg = cfg
         self.setup = pasa_setup(cfg)  # typed when the server starts: a bad value fails there, not at the first search
         self._lock = threading.Lock()  # one model in memory: a search and a rationale never run together
@@ -172,6 +169,7 @@ class SearchService:
 
     def agent(self):
         if self._agent is None:
+            # lazy: looked up at call time so tests can swap resources.Resources for a fake
             from scholar_agents.pasa.resources import Resources
 
             t0 = time.perf_counter()
@@ -195,9 +193,6 @@ class SearchService:
         chosen) and one Selector batch, so that the first search costs what later ones cost. Past the LLM response
         cache: nothing is stored."""
         from dataclasses import replace
-
-        from scholar_agents.pasa.crawler import Crawler
-        from scholar_agents.pasa.selectors.llm import SelectorPair
 
         [state] = agent.env.reset([ScholarQuery("warm-up", "warm up the models")])
         sessions = agent.env.next_sessions([state], 1)
@@ -244,8 +239,6 @@ class SearchService:
     def check_seed(self, paper_id: str) -> str:
         """A "more like this" seed checked before it is queued: the paper's id as the store has it, or one
         UsageError line that names the corpus, never its file."""
-        from scholar_agents.papers.store import PaperStore
-
         def find(store):
             got = store.get(paper_id) or store.get(norm_id(paper_id))
             return None if got is None else got.paper_id
@@ -313,8 +306,6 @@ class SearchService:
     # ---- a search ----
 
     def run(self, job: Job, emit: Callable[[str, dict], None]) -> dict:
-        from scholar_agents.llm.cancel import GenerationCancelled, cancel_scope
-
         with self._lock:
             if self._agent is None:
                 emit("loading", {"what": "paper store, search index, Crawler and Selector"})
@@ -355,8 +346,6 @@ class SearchService:
                     emit("select_progress", data)
 
             if job.seed_paper:  # "more like this": the paper's title searched, the paper expanded
-                from scholar_agents.pasa.queries import seeded_query
-
                 job.seed_paper = self.check_seed(job.seed_paper)  # the store's own id (one line if it went away)
                 query = seeded_query(self._res.store, job.seed_paper, job.query or None, job.before, qid=job.id)
                 job.query = query.question
@@ -392,8 +381,6 @@ class SearchService:
         """A finished page search as a run directory, the files `pasa search` writes, under
         ``<serve.runs_root>/page_searches/<time>_<id>``; its path relative to the runs root (None when
         ``serve.save_runs=false``)."""
-        from scholar_agents.pasa.search_run import write_search_run
-
         scfg = self.cfg.serve
         if not scfg.get("save_runs", True):
             return None
@@ -406,8 +393,6 @@ class SearchService:
     def rationale(self, query: str, paper_id: str, found_by: str = "") -> dict:
         """The Selector's decision and rationale for one paper (PaSa Table 15: decision token first, then why);
         ``found_by``: the retriever that found it (the list's ``found_by``)."""
-        from scholar_agents.pasa.selectors.llm import SelectorPair
-
         with self._lock:
             agent = self.agent()
             if agent.selector is None:
