@@ -179,7 +179,7 @@ class SearchService:
             log.info("agent ready in %.1f s", self.load_seconds)
             t1 = time.perf_counter()
             try:
-                if self.cfg.serve.get("warm_up", True):
+                if self.cfg.serve.warm_up:  # serve.warm_up (ServeConfig): false = the first search pays it
                     self.warm_up(agent)
                     self.warm_seconds = round(time.perf_counter() - t1, 1)
                     log.info("Crawler and Selector warmed in %.1f s", self.warm_seconds)
