@@ -32,6 +32,7 @@ from accelerate import Accelerator
 from accelerate.utils import InitProcessGroupKwargs
 
 from scholar_agents.runtime import collectives
+from scholar_agents.runtime.torch_extensions import check_no_stale_build_lock
 from scholar_agents.train.ppo.checkpoint import load_optimizer_and_scheduler, save_checkpoint
 from scholar_agents.train.ppo.config import PPOConfig
 from scholar_agents.train.ppo.deepspeed_config import zero3_init, zero_stage
@@ -231,6 +232,7 @@ class DeepSpeedEngine(TrainEngine):
     def start_processes(timeout_minutes: float) -> Accelerator:
         import deepspeed  # optional: the deepspeed / gpu extras
 
+        check_no_stale_build_lock()  # DeepSpeed JIT-builds its ops: a killed build's lock would hang it forever
         accelerator = _accelerator(timeout_minutes)
         if "RANK" not in os.environ:
             # one process started without torchrun: DeepSpeed still wants a (one-process) group and a launcher's
