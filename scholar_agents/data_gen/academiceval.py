@@ -36,11 +36,12 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from omegaconf import DictConfig
 
-from scholar_agents.runtime.run_dir import run_dir
 from scholar_agents.data_gen.research_town_passages import iter_research_town
+from scholar_agents.llm import SamplingParams, build_llm
+from scholar_agents.runtime.run_dir import run_dir
 from scholar_agents.thought.ingest import Document
 from scholar_agents.thought.prompts import FIGURE11_MULTI_LABEL
-from scholar_agents.validation import jsonl_records
+from scholar_agents.validation import UsageError, existing_file, jsonl_records
 
 log = logging.getLogger(__name__)
 
@@ -211,8 +212,6 @@ def abstract_multi_records(groups: Sequence[Sequence[dict]], llm,
                            max_new_tokens: int = 512) -> tuple[list[dict], Counter]:
     """Table 4's flat record per group; ``label`` = the LLM's Figure 11 summary of the five abstracts (the paper
     used GPT-4o; any ``llm`` here — state which in reports)."""
-    from scholar_agents.llm import SamplingParams
-
     skipped: Counter = Counter()
     limit = getattr(getattr(llm, "cfg", None), "max_model_len", None)
     kept, prompts = [], []
@@ -460,8 +459,6 @@ def _write(path: Path, records: Sequence[dict]) -> None:
 
 def build(cfg: DictConfig) -> dict:
     """``scholar data_gen academiceval``: write ``<out>/<task>.jsonl`` for each requested task."""
-    from scholar_agents.validation import UsageError, existing_file
-
     tasks = list(cfg.tasks)
     unknown = set(tasks) - set(TASKS)
     if unknown:
@@ -486,8 +483,6 @@ def build(cfg: DictConfig) -> dict:
         _write(out / "abstract_single.jsonl", recs)
         summary["abstract_single"] = len(recs)
     if "abstract_multi" in tasks:
-        from scholar_agents.llm import build_llm
-
         groups = abstract_multi_groups(singles, rng, cfg.multi.max_cases)
         llm = build_llm(cfg.llm)
         try:

@@ -46,6 +46,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from scholar_agents.papers.paper import Paper, Reference, Section
 from scholar_agents.pasa.actions import EXPAND, SEARCH, render_response
+from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
 from scholar_agents.typed_config import typed
 
 log = logging.getLogger(__name__)
@@ -253,8 +254,6 @@ def _write_jsonl(path: Path, rows: list[dict], gz: bool = False) -> None:
 
 def crawl_tasks(cfg: DictConfig) -> dict:
     """``scholar data_gen crawl_tasks``: write one task's corpus, queries, uniform SFT sessions and known answers."""
-    from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
-
     tcfg = typed(CrawlTaskConfig, cfg.crawl_task, "crawl_task")
     env_cfg = typed(CrawlConfig, {**OmegaConf.to_container(cfg.crawler.env, resolve=True), **TASK_ENV}, "crawler.env")
     out = Path(str(cfg.out_dir))

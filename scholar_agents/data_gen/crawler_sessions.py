@@ -36,6 +36,8 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig
 
+from scholar_agents.data_gen.paper_access import open_corpus
+from scholar_agents.data_gen.request_forms import FORMS, ORIGINAL, rewrite
 from scholar_agents.data_gen.shards import (
     LazyLLM,
     ShardedRun,
@@ -46,12 +48,14 @@ from scholar_agents.data_gen.shards import (
     write_jsonl,
 )
 from scholar_agents.data_gen.teacher_queries import generate_teacher_queries
+from scholar_agents.data_gen.verified_teacher import candidate_queries, verify_queries
 from scholar_agents.papers.ids import norm_id
 from scholar_agents.papers.paper import Paper
 from scholar_agents.papers.titles import TitleMatcher
 from scholar_agents.pasa.actions import EXPAND, SEARCH, render_response
-from scholar_agents.pasa.crawl_env import gets_session
+from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv, gets_session
 from scholar_agents.pasa.queries import ScholarQuery, load_pasa_queries
+from scholar_agents.validation import UsageError, existing_file, optional_positive_int, reading
 
 log = logging.getLogger(__name__)
 # Settings that change which items are read or how the output is assembled, not what a shard holds (the shards'
@@ -234,8 +238,6 @@ def _llm_teacher(llm, queries: list[ScholarQuery], dg, seed: int, stats: Counter
 def _verified_teacher(llm, env, search, queries: list[ScholarQuery], dg, seed: int, stats: Counter):
     """Candidates verified with the environment's own search (verified_teacher.py): (kept queries, their
     per-query meta) per user query."""
-    from scholar_agents.data_gen.verified_teacher import candidate_queries, verify_queries
-
     llm_qs: list[list[str]] = [[] for _ in queries]
     if dg.llm_candidates:
         teacher, _ = _llm_teacher(llm, queries, dg, seed, stats)
@@ -264,8 +266,6 @@ def _forms_of(qid: str, dg, seed: int) -> list[str]:
 
 def _in_form(env, row: dict, q: ScholarQuery, form: str, response: str) -> dict:
     """``row`` (a search session) with the user query asked in request ``form``: same gold, same verified searches."""
-    from scholar_agents.data_gen.request_forms import rewrite
-
     asked = rewrite(q.question, form)
     meta = dict(row["meta"], user_query=asked, form=form, original_question=q.question)
     return {"messages": env.state_messages(asked) + [{"role": "assistant", "content": response}], "meta": meta}
@@ -421,11 +421,6 @@ def verified_summary(rows: list[dict], max_queries: int, search_k: int) -> dict[
 
 
 def crawler_sessions(cfg: DictConfig) -> dict:
-    from scholar_agents.data_gen.paper_access import open_corpus
-    from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
-
-    from scholar_agents.validation import UsageError, existing_file, optional_positive_int, reading
-
     dg = cfg.data_gen
     out_dir = Path(str(cfg.out_dir))
     limit = optional_positive_int(cfg.get("limit"), "limit", "the first N user queries; null = all")
@@ -434,8 +429,6 @@ def crawler_sessions(cfg: DictConfig) -> dict:
     if dg.get("related_found", "user_query") not in RELATED_FOUND:
         raise UsageError(f"data_gen.related_found must be one of {', '.join(RELATED_FOUND)}, got {dg.related_found!r}")
     if dg.get("request_forms"):
-        from scholar_agents.data_gen.request_forms import FORMS, ORIGINAL
-
         bad = [f for f in dg.request_forms if f not in FORMS]
         if bad:
             raise UsageError(f"data_gen.request_forms: unknown {bad}; forms: {', '.join(FORMS)} (with {ORIGINAL} "

@@ -4,11 +4,13 @@ config groups), built on first use exactly as ``scholar papers build`` builds th
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from omegaconf import DictConfig, OmegaConf
 
+from scholar_agents.llm.embedder import build_embedder
 from scholar_agents.papers.corpus import build_store, to_papers_config
-from scholar_agents.papers.index import load_or_build_search, to_search_config
+from scholar_agents.papers.index import load_or_build_search, resolve_kind, to_search_config
 from scholar_agents.papers.search_base import SearchBackend
 from scholar_agents.papers.store import PaperStore
 
@@ -33,17 +35,11 @@ def open_corpus(cfg: DictConfig) -> tuple[PaperStore, SearchBackend]:
     scfg = to_search_config(_resolved(cfg.search))
     store = open_store(cfg)
     if scfg.kind == "auto":  # the backend the Crawler will search with: hybrid or bm25
-        from dataclasses import replace
-
-        from scholar_agents.papers.index import resolve_kind
-
         kind, why = resolve_kind(scfg, len(store), pcfg.index_dir)
         log.info("search backend: %s (%s)", kind, why)
         scfg = replace(scfg, kind=kind)
     embedder = None
     if scfg.kind == "dense" or (scfg.kind == "hybrid" and "dense" in scfg.hybrid_components):
-        from scholar_agents.llm.embedder import build_embedder
-
         embedder = build_embedder(cfg.embedder)
     try:
         search = load_or_build_search(scfg, store, embedder, pcfg.index_dir, progress=True)

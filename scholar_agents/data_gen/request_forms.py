@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Callable, Sequence
 
 from scholar_agents.pasa.queries import ScholarQuery
+from scholar_agents.validation import UsageError
 
 ORIGINAL = "original"
 
@@ -113,8 +114,6 @@ FORMS: dict[str, Callable[[str, str], str]] = {
 def rewrite(question: str, form: str) -> str:
     """``question`` in request ``form`` (one of :data:`FORMS`)."""
     if form not in FORMS:
-        from scholar_agents.validation import UsageError
-
         raise UsageError(f"unknown request form {form!r}; forms: {', '.join(FORMS)}")
     return FORMS[form](question, relative_clause(question))
 

@@ -25,6 +25,8 @@ from typing import Optional
 import numpy as np
 from omegaconf import DictConfig
 
+from scholar_agents.data_gen.crawler_sessions import CrawlerSessionsConfig
+from scholar_agents.data_gen.paper_access import open_corpus
 from scholar_agents.data_gen.shards import (
     LazyLLM,
     ShardedRun,
@@ -35,11 +37,14 @@ from scholar_agents.data_gen.shards import (
     write_jsonl,
 )
 from scholar_agents.data_gen.teacher_queries import generate_teacher_queries
+from scholar_agents.data_gen.verified_teacher import candidate_queries, verify_queries
+from scholar_agents.llm import SamplingParams
 from scholar_agents.papers.paper import Paper
 from scholar_agents.papers.titles import TitleMatcher
 from scholar_agents.pasa.prompts import SELECTOR_FALSE, SELECTOR_TRUE, selector_messages, selector_target
 from scholar_agents.pasa.queries import ScholarQuery, load_pasa_queries
 from scholar_agents.pasa.selectors.llm import Judgement, parse_judgement, truncate_abstract
+from scholar_agents.validation import UsageError, existing_file, optional_positive_int, reading
 
 log = logging.getLogger(__name__)
 # Settings that change which items are read or how the output is assembled, not what a shard holds (the shards'
@@ -160,9 +165,6 @@ def judge(llm, prompts: list, params, source: str, stats: Counter) -> list[tuple
 
 def _verified_crawl_queries(search, queries: list[ScholarQuery], search_k: int, stats: Counter) -> list:
     """The verified Crawler teacher's searches for each query (``.queries``), before the query date (PaSa §5.1)."""
-    from scholar_agents.data_gen.crawler_sessions import CrawlerSessionsConfig
-    from scholar_agents.data_gen.verified_teacher import candidate_queries, verify_queries
-
     d = CrawlerSessionsConfig()
     cands = [candidate_queries(q.question, q.gold_titles, n_key_phrases=d.key_phrases, ngram=d.key_phrase_ngram,
                                hindsight=d.hindsight, min_support=d.hindsight_min_support,
@@ -174,8 +176,6 @@ def _verified_crawl_queries(search, queries: list[ScholarQuery], search_k: int, 
 
 
 def pairs_for_shard(llm, search, store, queries: list[ScholarQuery], dg, seed: int) -> tuple[list[dict], dict]:
-    from scholar_agents.llm import SamplingParams
-
     stats: Counter = Counter()
     jobs: list[tuple[ScholarQuery, Paper, str]] = []  # (query, paper, kind)
     for q in queries:
@@ -268,10 +268,6 @@ def pairs_for_shard(llm, search, store, queries: list[ScholarQuery], dg, seed: i
 
 
 def selector_pairs(cfg: DictConfig) -> dict:
-    from scholar_agents.data_gen.paper_access import open_corpus
-
-    from scholar_agents.validation import UsageError, existing_file, optional_positive_int, reading
-
     dg = cfg.data_gen
     if dg.get("crawl_queries", "llm") not in ("llm", "verified"):
         raise UsageError(f"data_gen.crawl_queries must be llm or verified, got {dg.crawl_queries!r}")

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from scholar_agents.llm import build_llm
+from scholar_agents.runtime.preemption import PreemptionHandler
 from scholar_agents.runtime.progress import progress_bar
 from scholar_agents.validation import read_jsonl
 
@@ -136,8 +138,6 @@ class LazyLLM:
 
     def get(self):
         if self._llm is None:
-            from scholar_agents.llm import build_llm
-
             self._llm = build_llm(self.cfg)
         return self._llm
 
@@ -158,8 +158,6 @@ def run_shards(run: ShardedRun, items: Sequence[Any], key: Callable[[Any], str],
     SIGTERM and Slurm's warning signals (``runtime.preemption``) let the current shard finish and be saved, then
     the job leaves with the requeue exit code; the requeued run resumes from the done-markers. The caller closes
     its LLM in a ``finally`` (the exit is a ``SystemExit``)."""
-    from scholar_agents.runtime.preemption import PreemptionHandler
-
     records: list[dict[str, Any]] = []
     total: Counter = Counter()
     computed: Counter = Counter()

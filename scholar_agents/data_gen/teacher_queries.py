@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from scholar_agents.data_gen.llm_json import parse_llm_json
+from scholar_agents.llm import SamplingParams
 from scholar_agents.pasa.prompts import SEARCH_QUERY_GENERATION
 
 LINES_FALLBACK = "lines_fallback"
@@ -75,8 +76,6 @@ def generate_teacher_queries(llm, user_queries: Sequence[str], max_new_tokens: i
     """One batched LLM call; returns the parsed queries and the raw outputs (kept for the malformed-output corpus).
     ``response_prefix`` (e.g. ``["``) starts the teacher's answer for it: small models otherwise answer Table 7
     with refusals and prose (measured on SmolLM2-135M: ~80% of dev queries)."""
-    from scholar_agents.llm import SamplingParams
-
     if not user_queries:
         return [], []
     prompts = [teacher_messages(q) for q in user_queries]

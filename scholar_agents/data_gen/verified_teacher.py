@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from scholar_agents.data_gen.request_forms import topic
 from scholar_agents.papers.ids import norm_id
 from scholar_agents.papers.key_phrases import QUERY_BOILERPLATE, content_words, key_phrases  # noqa: F401 (API)
 from scholar_agents.pasa.actions import MISCASED_ACTION_RE
@@ -102,8 +103,6 @@ def candidate_queries(user_query: str, gold_titles: Sequence[str], llm_queries: 
     """The candidates in priority order, de-duplicated case- and space-insensitively (the first source wins)."""
     raw = []
     if topic_first:
-        from scholar_agents.data_gen.request_forms import topic
-
         raw.append((topic(user_query), TOPIC))
     raw.append((user_query, USER_QUERY))
     raw += [(kp, KEY_PHRASE) for kp in key_phrases(user_query, n_key_phrases, ngram)]

@@ -15,10 +15,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from scholar_agents.runtime.run_dir import run_dir
+from scholar_agents.llm.embedder import build_embedder
 from scholar_agents.papers.corpus import build_store, to_papers_config
 from scholar_agents.papers.index import KINDS, load_or_build_search, to_search_config
 from scholar_agents.papers.loaders import LOADERS
+from scholar_agents.papers.store import PaperStore
+from scholar_agents.runtime.run_dir import run_dir
 from scholar_agents.validation import (
     UsageError, existing_file, one_of, optional_positive_int, parse_date, positive_int, reading,
 )
@@ -30,8 +32,6 @@ def _embedder_for(cfg: DictConfig, kind: str, components: list[str]):
     needs = kind == "dense" or (kind in ("hybrid", "auto") and "dense" in components)  # auto may resolve to hybrid
     if not needs:
         return None
-    from scholar_agents.llm.embedder import build_embedder
-
     return build_embedder(cfg.embedder)
 
 
@@ -54,8 +54,6 @@ def build(cfg: DictConfig) -> dict[str, Any]:
     check_sources(pcfg)
     report: dict[str, Any] = {"papers": pcfg.name, "store": build_store(pcfg, progress=True)}
     if cfg.get("index", True):
-        from scholar_agents.papers.store import PaperStore
-
         scfg = to_search_config(cfg.search)
         if scfg.kind == "online":
             log.info("search.kind=online keeps no local index: nothing to build")
@@ -115,8 +113,6 @@ def _parse_queries(p: Path) -> list[dict[str, Any]]:
 
 def search(cfg: DictConfig) -> dict[str, Any]:
     """Run ``query`` (or every query of ``queries_file``) through the configured backend; print and save hits."""
-    from scholar_agents.papers.store import PaperStore
-
     pcfg = to_papers_config(cfg.papers)
     scfg = to_search_config(cfg.search)
     # Everything the user typed is checked before an index or a model is loaded.

@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 from scholar_agents.papers.loaders import LOADERS, load_source
 from scholar_agents.papers.store import PaperStore
+from scholar_agents.typed_config import typed
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +54,6 @@ class PapersConfig:
 
 
 def to_papers_config(cfg: PapersConfig | DictConfig | dict) -> PapersConfig:
-    from scholar_agents.typed_config import typed
-
     return typed(PapersConfig, cfg, "papers")
 
 

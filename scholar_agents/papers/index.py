@@ -28,11 +28,12 @@ from scholar_agents.papers.dated_docs import DatedDocs
 from scholar_agents.papers.dense import INDEX_TYPES, DenseSearch, build_faiss_index
 from scholar_agents.papers.embedding_pool import EmbeddingPool, doc_hashes, fill_from
 from scholar_agents.papers.hybrid import HybridSearch
-from scholar_agents.papers.live.arxiv_api import ArxivApiConfig
-from scholar_agents.papers.live.semantic_scholar import SemanticScholarConfig
+from scholar_agents.papers.live.arxiv_api import ArxivApiConfig, ArxivApiSearch
+from scholar_agents.papers.live.semantic_scholar import SemanticScholarConfig, SemanticScholarSearch
 from scholar_agents.papers.online import OnlineSearch, OnlineSearchConfig
 from scholar_agents.papers.search_base import SearchBackend
 from scholar_agents.runtime.progress import progress_bar
+from scholar_agents.typed_config import typed
 from scholar_agents.validation import UsageError
 
 log = logging.getLogger(__name__)
@@ -92,8 +93,6 @@ class SearchConfig:
 
 
 def to_search_config(cfg: SearchConfig | DictConfig | dict | None) -> SearchConfig:
-    from scholar_agents.typed_config import typed
-
     return typed(SearchConfig, cfg, "search")
 
 
@@ -325,13 +324,9 @@ def load_or_build_search(cfg: SearchConfig | DictConfig | dict | None, store, em
         return backend
     if cfg.kind in LIVE_KINDS:
         if cfg.kind == "arxiv_api":
-            from scholar_agents.papers.live.arxiv_api import ArxivApiSearch
-
             backend = ArxivApiSearch(cfg.arxiv_api, store)
             endpoint = cfg.arxiv_api.endpoint
         else:
-            from scholar_agents.papers.live.semantic_scholar import SemanticScholarSearch
-
             backend = SemanticScholarSearch(cfg.semantic_scholar, store)
             endpoint = cfg.semantic_scholar.endpoint
         backend.build_info = {cfg.kind: {"status": "remote", "endpoint": endpoint}}  # type: ignore[attr-defined]

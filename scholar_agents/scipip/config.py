@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from scholar_agents.validation import UsageError
+
 
 @dataclass
 class LiteratureDBConfig:
@@ -46,8 +48,6 @@ class LiteratureDBConfig:
 
     def __post_init__(self) -> None:
         if self.sections not in ("fulltext", "abstract"):
-            from scholar_agents.validation import UsageError
-
             raise UsageError(f"scipip.db.sections must be fulltext or abstract, got {self.sections!r}")
 
 

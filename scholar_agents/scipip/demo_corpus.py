@@ -13,9 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 
+from scholar_agents.papers.loaders import load_arxiv_jsonl
 from scholar_agents.papers.paper import Paper, Reference, Section
+from scholar_agents.papers.store import PaperStore
 from scholar_agents.papers.titles import normalize_title
 
 
@@ -72,11 +75,6 @@ def build_demo_store(out: str | Path, bench_json: str | Path, corpus_jsonl: str 
                      max_cited: int | None = None, n_corpus: int = 0, corpus_category: str = "cs.CL") -> dict:
     """A paper store for SciPIP demos: the bench's citing and cited papers, then the first ``n_corpus`` corpus
     papers of ``corpus_category`` (arXiv metadata JSONL). Returns the store's stats."""
-    from itertools import islice
-
-    from scholar_agents.papers.loaders import load_arxiv_jsonl
-    from scholar_agents.papers.store import PaperStore
-
     with PaperStore(out) as store:
         store.add(load_cited_abstracts_bench(bench_json, max_cited=max_cited))
         if corpus_jsonl and n_corpus:

@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 from typing_extensions import Self
 
+from scholar_agents.papers.dense import require_faiss
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS scipip_summaries (
     paper_id TEXT PRIMARY KEY,
@@ -340,8 +342,6 @@ class LiteratureIndex:
     def build_ann(self, field_name: str, kind: str = "flat", hnsw_m: int = 32, ef_search: int = 128) -> None:
         """A faiss inner-product index over ``vectors[field_name]``: "flat" (exact, BLAS-blocked) or "hnsw"
         (approximate, sub-linear; check its recall against "flat" before trusting it)."""
-        from scholar_agents.papers.dense import require_faiss
-
         faiss = require_faiss()
         mat = np.ascontiguousarray(self.vectors[field_name], dtype=np.float32)
         if kind == "flat":

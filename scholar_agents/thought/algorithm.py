@@ -27,6 +27,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from scholar_agents.llm import Completion, Generation, SamplingParams
 from scholar_agents.runtime.progress import progress_bar
 from scholar_agents.thought.config import ThoughtConfig, thought_config
 from scholar_agents.thought.memory import KINDS, Memory
@@ -206,8 +207,6 @@ class ThoughtRetriever:
     def answer(self, queries: Sequence[Query], contexts: Sequence[PackedContext]):
         """Answers (line 4); returns the generations and the contexts actually shown (fitted to the window).
         A query whose prompt cannot fit gets an empty answer with finish reason ``prompt_too_long``."""
-        from scholar_agents.llm import Completion, Generation, SamplingParams
-
         fitted = [self._fit(q, c) for q, c in zip(queries, contexts)]
         params = SamplingParams(max_new_tokens=self.cfg.answer_max_new_tokens, temperature=self.cfg.temperature)
         ok = [i for i, (_, p) in enumerate(fitted) if p is not None]
@@ -232,8 +231,6 @@ class ThoughtRetriever:
     # ------------------------------------------------------------- line 6: thought + confidence
 
     def think(self, results: Sequence[StepResult]) -> None:
-        from scholar_agents.llm import SamplingParams
-
         for r in results:
             if r.answer_finish == "prompt_too_long":
                 r.parse_status = "not_answered"

@@ -22,8 +22,11 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from scholar_agents.llm.embedder import build_embedder
 from scholar_agents.runtime.run_dir import run_dir
 from scholar_agents.thought.chunking import chunk_text
+from scholar_agents.thought.commands import _tokenizer_only, load_documents
+from scholar_agents.thought.config import thought_config
 from scholar_agents.validation import UsageError, existing_file, optional_positive_int, positive_int, reading
 
 log = logging.getLogger(__name__)
@@ -79,10 +82,6 @@ def table(stats: dict) -> str:
 
 
 def calibrate(cfg: DictConfig) -> dict:
-    from scholar_agents.llm.embedder import build_embedder
-    from scholar_agents.thought.commands import _tokenizer_only, load_documents
-    from scholar_agents.thought.config import thought_config
-
     if not cfg.knowledge:
         raise UsageError("thought calibrate needs knowledge=[<JSONL(.gz) or .txt files>] (default: the bundled sample)")
     files = [existing_file(p, "knowledge") for p in cfg.knowledge]

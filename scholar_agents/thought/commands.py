@@ -24,16 +24,18 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from scholar_agents.llm import build_llm
 from scholar_agents.llm.base import LLM
 from scholar_agents.llm.cache import copy_cache_file, merge_caches
-
+from scholar_agents.llm.embedder import build_embedder
+from scholar_agents.llm.factory import resolve_model_path
 from scholar_agents.runtime.run_dir import run_dir
 from scholar_agents.thought.algorithm import Query, StepResult, ThoughtRetriever
 from scholar_agents.thought.config import thought_config
 from scholar_agents.thought.ingest import Document, add_documents
 from scholar_agents.thought.memory import Memory
 from scholar_agents.thought.prequery import PreQuerySource, make_prequeries, sentences_of
-from scholar_agents.validation import jsonl_records, read_jsonl
+from scholar_agents.validation import UsageError, existing_file, jsonl_records, read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +103,6 @@ def _write_jsonl(path: Path, rows, mode: str = "a") -> None:
 def check_inputs(cfg: DictConfig) -> None:
     """What ``thought run`` needs, checked before the embedder or the LLM loads: a query file for every phase that
     answers (unless ``phase=all`` asks pre-queries of the knowledge), and every named file present."""
-    from scholar_agents.validation import UsageError, existing_file
-
     phase = cfg.phase
     if phase != "ingest" and not cfg.queries and not (phase == "all" and cfg.prequery_from_knowledge):
         raise UsageError("thought run needs queries=<JSONL of {id, query}> (or prequery_from_knowledge=true with "
@@ -114,9 +114,6 @@ def check_inputs(cfg: DictConfig) -> None:
 
 
 def run(cfg: DictConfig) -> dict:
-    from scholar_agents.llm import build_llm
-    from scholar_agents.llm.embedder import build_embedder
-
     out_dir = run_dir(cfg)
     tr_cfg = thought_config(cfg.thought)
     phase = cfg.phase
@@ -250,8 +247,6 @@ class TokenizerOnly(LLM):
 def _tokenizer_only(cfg: DictConfig):
     """The LLM's tokenizer without loading its weights (chunk sizes are in the LLM's tokens)."""
     from transformers import AutoTokenizer
-
-    from scholar_agents.llm.factory import resolve_model_path
 
     return AutoTokenizer.from_pretrained(resolve_model_path(cfg.llm.tokenizer or cfg.llm.model))
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from scholar_agents.typed_config import typed
+
 FILTER_MODES = ("insertion", "retrieval", "none")
 RETRIEVERS = ("dense", "bm25", "tfidf")
 THOUGHT_PROMPTS = ("figure3", "structured")
@@ -103,6 +105,4 @@ def validate(cfg: ThoughtConfig) -> None:
 
 def thought_config(cfg) -> ThoughtConfig:
     """A ``ThoughtConfig`` from a DictConfig / dict / ThoughtConfig (validated)."""
-    from scholar_agents.typed_config import typed
-
     return typed(ThoughtConfig, cfg, "thought")

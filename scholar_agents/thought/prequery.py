@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from scholar_agents.llm import SamplingParams
 from scholar_agents.thought.prompts import FIGURE13_LLM, FIGURE13_LLM_EXCERPT, FIGURE13_TEMPLATES
 
 log = logging.getLogger(__name__)
@@ -83,8 +84,6 @@ def parse_numbered_questions(text: str, limit: int | None = None) -> list[str]:
 def llm_queries(llm, sources: Sequence[PreQuerySource], n: int, max_new_tokens: int = 256,
                 temperature: float = 0.0, seed: int = 0) -> tuple[list[list[str]], int]:
     """LLM-based pre-queries per source (one batched call) and the number of replies that gave none."""
-    from scholar_agents.llm import SamplingParams
-
     if n <= 0 or not sources:
         return [[] for _ in sources], 0
     prompts = [[{"role": "user", "content": llm_query_prompt(s, n)}] for s in sources]

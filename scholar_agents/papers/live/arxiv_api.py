@@ -26,6 +26,7 @@ from scholar_agents.papers.live.base import LiveSearch
 from scholar_agents.papers.live.http import INSTALL_HINT, HttpConfig, LiveRequestFailed, LiveSession
 from scholar_agents.papers.loaders import strip_version
 from scholar_agents.papers.paper import Paper
+from scholar_agents.runtime.jax_guard import import_bm25s
 from scholar_agents.validation import UsageError
 
 log = logging.getLogger(__name__)
@@ -69,8 +70,6 @@ def _stop_words(kind: str) -> frozenset[str]:
 
         return frozenset(ENGLISH_STOP_WORDS)
     if kind == "lucene":
-        from scholar_agents.runtime.jax_guard import import_bm25s
-
         return frozenset(import_bm25s().stopwords.STOPWORDS_EN)
     if kind == "none":
         return frozenset()

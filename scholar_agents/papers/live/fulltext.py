@@ -31,6 +31,8 @@ from scholar_agents.papers.live.semantic_scholar import (
 )
 from scholar_agents.papers.loaders import date_from_arxiv_id
 from scholar_agents.papers.paper import Paper, Reference, Section
+from scholar_agents.typed_config import typed
+from scholar_agents.validation import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -57,14 +59,10 @@ class ExpandConfig:
 
     def __post_init__(self) -> None:
         if self.kind not in EXPAND_KINDS:
-            from scholar_agents.validation import UsageError
-
             raise UsageError(f"expand.kind must be one of {', '.join(EXPAND_KINDS)}, got {self.kind!r}")
 
 
 def to_expand_config(cfg: ExpandConfig | DictConfig | dict | None) -> ExpandConfig:
-    from scholar_agents.typed_config import typed
-
     return typed(ExpandConfig, cfg, "expand")
 
 
