@@ -22,13 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from scholar_agents.runtime.cluster import ClusterConfig
+from scholar_agents.llm.attention import resolve_attn_implementation
 from scholar_agents.pasa.crawl_budget import CRITIC_FREE, critic_free_crawl_budget, sessions_per_crawl
 from scholar_agents.plan.memory_plan import DTYPE_BYTES, Plan, PlanInputs, build_plan, suggest_fixes
-from scholar_agents.plan.model_sizes import shown_config_path
+from scholar_agents.plan.model_sizes import config_dir_for, lora_trainable_params, model_shape, shown_config_path
 from scholar_agents.plan.preemption_window import (WindowEstimate, format_window, ppo_window, sft_window,
                                                    sized_save_every)
 from scholar_agents.plan.sft_plan import SFTInputs, build_sft_plan, suggest_sft_fixes
+from scholar_agents.runtime import preemption
+from scholar_agents.runtime.cluster import ClusterConfig
+from scholar_agents.runtime.cuda_check import lock_lines
 from scholar_agents.validation import UsageError, optional_positive_int
 
 if TYPE_CHECKING:
@@ -76,8 +79,6 @@ def planned_model(setting: str, model: str, base: str | None = None, base_settin
     """The model whose config.json the plan reads for ``setting=model``: the model itself, or — while a checkpoint
     does not exist yet (the PPO preset starts from the SFT run's output) — ``base``, the model it fine-tunes (same
     architecture, same sizes). Neither readable: one-line UsageError naming the setting and the fix."""
-    from scholar_agents.plan.model_sizes import config_dir_for
-
     try:
         config_dir_for(model)
         return model
@@ -95,8 +96,6 @@ def planned_model(setting: str, model: str, base: str | None = None, base_settin
 def _shape(setting: str, model: str, base: str | None = None, base_setting: str = ""):
     """``model``'s ModelShape, named as configured (and, when planned from its base, saying so)."""
 
-    from scholar_agents.plan.model_sizes import model_shape
-
     read = planned_model(setting, model, base, base_setting)
     shape = model_shape(read)
     if read == model:
@@ -107,8 +106,6 @@ def _shape(setting: str, model: str, base: str | None = None, base_setting: str 
 def inputs_from_config(run: PPORun, cluster: ClusterConfig | None = None) -> PlanInputs:
     """The plan's inputs from a typed ``train crawler_ppo`` config (models built on the meta device). A model
     that does not exist yet (the SFT checkpoint the preset starts from) is planned from ``ppo.base_model``."""
-    from scholar_agents.plan.model_sizes import lora_trainable_params
-
     ppo, llm = run.ppo, run.llm
     cluster = cluster or run.cluster
     base = ppo.base_model
@@ -259,8 +256,6 @@ def verdict(plan: Plan) -> tuple[bool, str]:
 
 def sft_inputs_from_config(run: SFTRun, cluster: ClusterConfig | None = None) -> SFTInputs:
     """The plan's inputs from a typed ``train selector_sft`` / ``train crawler_sft`` config."""
-    from scholar_agents.plan.model_sizes import lora_trainable_params
-
     sft = run.sft
     cluster = cluster or run.cluster
     lora = sft.lora
@@ -280,8 +275,6 @@ def sft_inputs_from_config(run: SFTRun, cluster: ClusterConfig | None = None) ->
 
 def install_lines() -> str:
     """The GPU locks' torch, its CUDA and the NVIDIA driver each needs on the nodes (read from the lock files)."""
-    from scholar_agents.runtime.cuda_check import lock_lines
-
     return "\n".join(["GPU install (docs/cluster.md \"Environment\"): the lock whose CUDA the nodes' driver runs",
                       *[f"  {line}" for line in lock_lines()]])
 
@@ -377,8 +370,6 @@ def startup_window_check(run: PPORun | SFTRun) -> list[str]:
     ``slurm/job_env.sh``, the submitit launchers): one warning line each where the lead is shorter than the estimated step + checkpoint on the
     configured GPUs, or torchrun's shutdown window shorter than the lead (:func:`runtime.preemption.
     check_preemption_window`). Returns the warnings; never stops the run."""
-    from scholar_agents.runtime import preemption
-
     if preemption.signal_lead_s() is None:
         return []
     needed, what = None, ""
@@ -402,8 +393,6 @@ def startup_save_every(run: PPORun) -> int:
     """``ppo.save_every`` sized at the start of ``train crawler_ppo`` under a launcher that exported the Slurm signal
     lead (:func:`sized_save_every`: 1 where the lead, or torchrun's shorter shutdown window, does not cover
     ``scholar plan``'s step + checkpoint), logged in one line on global rank 0; as configured otherwise."""
-    from scholar_agents.runtime import preemption
-
     configured = int(run.ppo.save_every)
     lead = preemption.signal_lead_s()
     cluster = run.cluster
@@ -451,8 +440,6 @@ def startup_check(run: PPORun) -> Plan | None:
     (``ppo.attn_implementation``; refused in one line if it cannot load), then refuse (SystemExit naming the fix) a
     plan that does not fit the GPUs. The plan is skipped, with one log line, without GPUs or with
     ``cluster.memory_check=false``."""
-    from scholar_agents.llm.attention import resolve_attn_implementation
-
     # the kernel the models will load with, named once here (and refused here, in one line, if it cannot load)
     attn = resolve_attn_implementation(run.ppo.attn_implementation, "ppo.attn_implementation")
     cluster = run.cluster

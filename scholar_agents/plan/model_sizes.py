@@ -8,6 +8,8 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
+from scholar_agents.llm.factory import resolve_model_path
+
 MODEL_CONFIGS_DIR = Path(__file__).resolve().parents[1] / "assets" / "model_configs"
 # hub name (lower case) -> shipped config dir: the public model card's config.json, a few KB
 SHIPPED_CONFIGS = {
@@ -45,8 +47,6 @@ def config_dir_for(model: str) -> Path:
     if shipped is not None:
         return shipped
     if model.startswith("embedded:"):
-        from scholar_agents.llm.factory import resolve_model_path
-
         return Path(resolve_model_path(model))
     path = Path(model).expanduser()
     if (path / "config.json").is_file():

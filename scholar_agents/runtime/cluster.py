@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from scholar_agents.typed_config import typed  # floor 0 too: imports nothing of ours
+
 
 @dataclass
 class ClusterConfig:
@@ -84,6 +86,4 @@ class ClusterConfig:
 
 
 def to_cluster_config(node) -> ClusterConfig:
-    from scholar_agents.typed_config import typed  # floor 0 too: imports nothing of ours
-
     return typed(ClusterConfig, node, "cluster")

@@ -41,6 +41,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
+from scholar_agents.validation import UsageError
+
 log = logging.getLogger(__name__)
 
 # EX_TEMPFAIL from sysexits.h: the conventional "temporary failure, retry" status. Slurm sites can also map it to
@@ -176,8 +178,6 @@ def export_network_env(socket_ifname: Optional[str] = None) -> dict[str, str]:
     os.environ.update(exported)
     refusal = loopback_refusal()
     if refusal:
-        from scholar_agents.validation import UsageError
-
         raise UsageError(refusal)
     return exported
 
@@ -383,7 +383,8 @@ class PreemptionHandler:
         if not sync:
             return flag
         try:
-            from scholar_agents.runtime import collectives  # imports torch: not at this module's import (hydra_app's)
+            # lazy: imports torch (hydra_app imports this module at start-up); no torch: the flag stays local
+            from scholar_agents.runtime import collectives
         except ImportError:
             return flag
         return collectives.any_process(flag)

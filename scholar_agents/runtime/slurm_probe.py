@@ -89,6 +89,7 @@ def _init_distributed(timeout_minutes: float) -> str | None:
     """torch.distributed from torchrun's environment (also a torchrun of one process: the GPU check runs the probe
     that way under NCCL); None, and no group, when launched as a single process without torchrun. Returns the
     backend: NCCL when CUDA is available, else gloo."""
+    # lazy: imports torch (the probe command module imports without it)
     from scholar_agents.runtime import collectives
 
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 and not os.environ.get("TORCHELASTIC_RUN_ID"):
@@ -101,6 +102,7 @@ def _placement(backend: str | None):
     ``device_ids``: one device per process), the CPU under gloo or without a process group."""
     import torch
 
+    # lazy: imports torch (the probe command module imports without it)
     from scholar_agents.runtime import collectives
 
     device = collectives.collective_device(backend) if backend else torch.device("cpu")
@@ -113,6 +115,7 @@ def probe(cfg: DictConfig) -> dict:
     p = typed(SlurmProbeConfig, cfg.probe, "probe")
     if p.steps < 1 or p.batch_size < 1 or p.dim < 1:
         raise ValueError(f"probe.steps, probe.batch_size and probe.dim must be >= 1 (got {p})")
+    # lazy: imports torch (the probe command module imports without it)
     from scholar_agents.runtime import collectives
 
     timeout_min = float((cfg.get("cluster") or {}).get("dist_timeout_minutes") or ClusterConfig.dist_timeout_minutes)

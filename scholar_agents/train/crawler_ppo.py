@@ -10,17 +10,22 @@ under srun without torchrun, ``hydra_app.task_environment`` exports rank / world
 from __future__ import annotations
 
 import logging
+import os
 
 from omegaconf import DictConfig
 
+from scholar_agents.pasa.crawl_budget import critic_free_crawl_budget
+from scholar_agents.pasa.kinds import check_kinds
+from scholar_agents.plan.commands import startup_check, startup_save_every, startup_window_check
+from scholar_agents.runtime.preemption import PreemptionHandler
 from scholar_agents.runtime.run_dir import run_dir
+from scholar_agents.train.plan_runs import ppo_run
+from scholar_agents.train.ppo.inputs import build_ppo_inputs
 
 log = logging.getLogger(__name__)
 
 
 def crawler_ppo(cfg: DictConfig) -> dict:
-    from scholar_agents.runtime.preemption import PreemptionHandler
-
     # first: a warning while the store, the models, DeepSpeed or vLLM are built sets a flag instead of killing the
     # process; the trainer acts on it before its start-of-run evaluation (trainer.train)
     handler = PreemptionHandler.install()
@@ -31,15 +36,10 @@ def crawler_ppo(cfg: DictConfig) -> dict:
 
 
 def _crawler_ppo(cfg: DictConfig, handler) -> dict:
-    import os
-
-    from scholar_agents.pasa.crawl_budget import critic_free_crawl_budget
-    from scholar_agents.plan.commands import startup_check, startup_save_every, startup_window_check
-    from scholar_agents.train.plan_runs import ppo_run
+    # lazy: loads torch and transformers (this command module imports without them)
     from scholar_agents.train.ppo.rollout_engine import check_colocated_tensor_parallel
-    from scholar_agents.train.ppo.inputs import build_ppo_inputs
+    # lazy: loads torch, transformers, peft, accelerate (this command module imports without them)
     from scholar_agents.train.ppo.trainer import PPOTrainer
-    from scholar_agents.pasa.kinds import check_kinds
 
     # refused before anything is loaded: an unknown kind, backend or ranking, grpo / rloo crawls without a budget,
     # TP > 1 colocated engines (one line each), then `scholar plan`: a plan that does not fit the GPUs stops here,

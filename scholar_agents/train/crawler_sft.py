@@ -20,7 +20,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from scholar_agents.plan.commands import startup_window_check
 from scholar_agents.runtime.run_dir import run_dir
+from scholar_agents.train.plan_runs import sft_run
 from scholar_agents.train.sft import run_sft
 
 log = logging.getLogger(__name__)
@@ -65,9 +67,6 @@ def split_sessions_by_query(train_file: str | Path, out_dir: str | Path, fractio
 
 
 def crawler_sft(cfg: DictConfig) -> dict:
-    from scholar_agents.plan.commands import startup_window_check
-    from scholar_agents.train.plan_runs import sft_run
-
     startup_window_check(sft_run(cfg))  # under Slurm: the signal lead against one step + checkpoint (one log line)
     split = None
     fraction = float((cfg.get("heldout") or {}).get("fraction") or 0.0)

@@ -6,20 +6,20 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
+from scholar_agents.llm.config import LLMConfig
+from scholar_agents.pasa.crawl_env import CrawlConfig
+from scholar_agents.pasa.crawler import CrawlerConfig
 from scholar_agents.plan import commands
 from scholar_agents.plan.commands import PPORun, SFTRun
+from scholar_agents.runtime.cluster import to_cluster_config
+from scholar_agents.train.ppo.config import to_ppo_config
+from scholar_agents.train.sft import SFTRecipeConfig
 from scholar_agents.typed_config import typed
 
 
 def ppo_run(cfg: DictConfig) -> PPORun:
     """The groups of a composed ``train crawler_ppo`` config that ``scholar plan`` reads, each typed by its own
     dataclass (a wrong value: one line naming its key)."""
-    from scholar_agents.llm.config import LLMConfig
-    from scholar_agents.pasa.crawl_env import CrawlConfig
-    from scholar_agents.pasa.crawler import CrawlerConfig
-    from scholar_agents.runtime.cluster import to_cluster_config
-    from scholar_agents.train.ppo.config import to_ppo_config
-
     # a Selector served elsewhere (openai) takes no memory here: its node, whose base_url may name a variable set
     # only on the cluster ($SCHOLAR_SELECTOR_URL), is not read
     sel = cfg.get("selector_llm")
@@ -40,9 +40,6 @@ SFT_PATHS = ("train_file", "eval_file", "output_dir")
 def sft_run(cfg: DictConfig) -> SFTRun:
     """The ``sft`` recipe (but for :data:`SFT_PATHS`) and the cluster of a composed ``train selector_sft`` /
     ``crawler_sft`` config, typed."""
-    from scholar_agents.runtime.cluster import to_cluster_config
-    from scholar_agents.train.sft import SFTRecipeConfig
-
     recipe = {"train_file": "", "output_dir": ""}
     for key in cfg.sft.keys():  # (not items(): it would resolve the paths too)
         if key not in SFT_PATHS:

@@ -46,9 +46,13 @@ from typing import Any, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from scholar_agents.llm.precision import DTYPE_NAMES, named_torch_dtype
-from scholar_agents.runtime.preemption import restart_count
+from scholar_agents.llm.attention import resolve_attn_implementation
+from scholar_agents.llm.factory import resolve_model_path  # embedded:smollm2 -> its converted HF dir
+from scholar_agents.llm.precision import DTYPE_NAMES, cpu_supports_bf16, named_torch_dtype
+from scholar_agents.runtime.preemption import PreemptionHandler, restart_count, trainer_callback
+from scholar_agents.train.sft_checkpoints import checkpoint_dirs, checkpoint_to_resume, marker_callback
 from scholar_agents.train.sft_data import LOSS_ON, drop_overlong, prepare_examples, read_chat_jsonl
+from scholar_agents.validation import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -159,8 +163,6 @@ def bf16_available(use_cpu: bool) -> bool:
     other CPUs is slower than fp32)."""
     import torch
 
-    from scholar_agents.llm.precision import cpu_supports_bf16
-
     if not use_cpu and torch.cuda.is_available():
         return bool(torch.cuda.is_bf16_supported())
     return cpu_supports_bf16()
@@ -227,6 +229,7 @@ def _as_config(cfg: SFTRecipeConfig | DictConfig) -> DictConfig:
         raise ValueError(f"sft.loss_on must be one of {LOSS_ON}, got {cfg.loss_on!r}")
     if cfg.overlong not in ("drop", "truncate"):
         raise ValueError(f"sft.overlong must be drop|truncate, got {cfg.overlong!r}")
+    # lazy: imports torch (importing this module, as `scholar plan` does, stays light)
     from scholar_agents.llm.model_init import check_init
 
     check_init(cfg.init, "sft.init")
@@ -248,12 +251,10 @@ def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | N
 
     cfg = _as_config(cfg)
     _check_head_init(cfg)
-    from scholar_agents.llm.attention import resolve_attn_implementation
 
     attn = resolve_attn_implementation(cfg.attn_implementation, "sft.attn_implementation")  # before any loading
     output_dir = Path(cfg.output_dir)
     report_dir = Path(report_dir) if report_dir is not None else output_dir
-    from scholar_agents.llm.factory import resolve_model_path  # embedded:smollm2 -> its converted HF dir
 
     model_path = resolve_model_path(cfg.model)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -340,6 +341,7 @@ def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | N
     trainer_cls = SFTTrainer
     extra: dict[str, Any] = {}
     if cfg.loss_on == "decision":
+        # lazy: imports torch, transformers, trl, datasets, peft (only loss_on=decision needs it)
         from scholar_agents.train.decision_loss import DecisionLossTrainer
 
         trainer_cls = DecisionLossTrainer
@@ -383,6 +385,7 @@ def _load_adapted_model(model_path: str, init_kwargs: dict, cfg: DictConfig):
     """The base model with ``keep_layers`` / ``trainable=head`` applied (see SFTRecipeConfig)."""
     import torch
 
+    # lazy: imports torch (importing this module stays light)
     from scholar_agents.llm.model_init import load_causal_lm
 
     if cfg.trainable not in TRAINABLE:
@@ -423,8 +426,6 @@ def run_sft(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = 
     end of the current step and stop; then the job asks Slurm to requeue it and exits 75. The requeued run finds
     that checkpoint in the same ``output_dir`` and resumes (``resume_from_checkpoint``), logging into the same
     wandb run (``<output_dir>/wandb_run_id``)."""
-    from scholar_agents.runtime.preemption import PreemptionHandler, trainer_callback
-
     cfg = _as_config(cfg)
     output_dir = Path(cfg.output_dir)
     final_dir = output_dir / FINAL_DIRNAME
@@ -435,7 +436,6 @@ def run_sft(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = 
         summary = json.loads((final_dir / DONE_MARKER).read_text())
         log.info("%s already finished (%s); nothing to do (resume=true)", final_dir, DONE_MARKER)
         return {**summary, "skipped": True}
-    from scholar_agents.train.sft_checkpoints import checkpoint_dirs, checkpoint_to_resume, marker_callback
 
     resume_from = checkpoint_to_resume(output_dir) if cfg.resume else None  # the newest COMPLETE checkpoint-N
     if not cfg.resume and checkpoint_dirs(output_dir):
@@ -445,6 +445,7 @@ def run_sft(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = 
     saved_env = {k: os.environ.get(k) for k in ("WANDB_RUN_ID", "WANDB_RESUME", "WANDB_MODE")}
     handler = PreemptionHandler.install()
     try:
+        # lazy: imports torch (importing this module stays light)
         from scholar_agents.runtime import collectives
 
         if dist_timeout_minutes:  # our group, with our timeout: the HF Trainer adopts it
@@ -455,6 +456,7 @@ def run_sft(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | None = 
         preempted = trainer_callback(handler)
         trainer.add_callback(preempted)
         trainer.callback_handler.callbacks.insert(0, marker_callback())  # checkpoint-N/COMPLETE right after a save
+        # lazy: imports torch (importing this module stays light)
         from scholar_agents.runtime.cuda_memory import peak_memory_callback
 
         trainer.callback_handler.callbacks.insert(0, peak_memory_callback())  # first: the reporters see its keys
@@ -511,8 +513,6 @@ def _continue_adapter(model: Any, model_path: str, model_init_kwargs: dict, adap
     it. Its weights may be stored in bf16 (the shipped adapter); they are loaded into the base model's dtype."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
-
-    from scholar_agents.validation import UsageError
 
     path = Path(adapter_dir)
     if not (path / "adapter_config.json").is_file():

@@ -47,6 +47,8 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
+from scholar_agents.runtime.preemption import global_rank
+
 log = logging.getLogger(__name__)
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")  # transformers.trainer_utils.PREFIX_CHECKPOINT_DIR + "-<step>"
@@ -55,6 +57,7 @@ PARTIAL_DIRNAME = "partial"  # <output_dir>/partial/: partial checkpoints moved 
 
 
 def _complete_marker() -> str:
+    # lazy: ppo.checkpoint imports torch (importing this module, as train.sft does, stays light)
     from scholar_agents.train.ppo.checkpoint import COMPLETE
 
     return COMPLETE
@@ -143,8 +146,6 @@ def checkpoint_to_resume(output_dir: str | Path) -> Optional[str]:
     ``checkpoint-N`` it skips, and global rank 0 moves that folder to ``<output_dir>/partial/``. Each rank decides
     alone, before any process group exists. The complete folders are never touched, so every rank picks the same
     one."""
-    from scholar_agents.runtime.preemption import global_rank
-
     chosen: Optional[Path] = None
     partial: list[tuple[Path, str]] = []
     for d in reversed(checkpoint_dirs(output_dir)):
@@ -170,10 +171,12 @@ def marker_callback():
     written, and then the process that saves (``args.should_save``) writes the marker."""
     from transformers import TrainerCallback
 
+    # lazy: ppo.checkpoint imports torch (importing this module stays light)
     from scholar_agents.train.ppo.checkpoint import COMPLETE, write_text_atomic
 
     class CheckpointMarker(TrainerCallback):
         def on_save(self, args, state, control, **kwargs):
+            # lazy: imports torch (importing this module stays light)
             from scholar_agents.runtime import collectives
 
             collectives.barrier()  # RNG states and ZeRO shards are written by every rank

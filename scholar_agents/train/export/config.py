@@ -11,6 +11,7 @@ from typing import Any, Optional
 from omegaconf import MISSING
 
 from scholar_agents.llm.precision import DTYPE_NAMES
+from scholar_agents.typed_config import typed
 
 DTYPES = ("auto", *DTYPE_NAMES)
 EXPORT_REPORT = "export_report.json"
@@ -49,8 +50,6 @@ class ExportConfig:
 
 
 def to_export_config(node: Any) -> ExportConfig:
-    from scholar_agents.typed_config import typed
-
     cfg = typed(ExportConfig, node, "export")
     if cfg.dtype not in DTYPES:
         raise ValueError(f"export.dtype must be one of {DTYPES}, got {cfg.dtype!r}")

@@ -9,15 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from scholar_agents.llm.precision import named_torch_dtype
 from scholar_agents.train.export.config import DTYPES
 from scholar_agents.train.export.records import read_json
 from scholar_agents.train.export.sources import Source
 
 
 def torch_dtype(name: str):
-    from scholar_agents.llm.precision import named_torch_dtype
-    from scholar_agents.train.export.config import DTYPES
-
     return named_torch_dtype(name, "export.dtype", DTYPES)
 
 

@@ -16,6 +16,8 @@ from typing import Any, Optional
 import yaml
 
 from scholar_agents.train.export.sources import Source
+from scholar_agents.train.sft_checkpoints import last_checkpoint
+from scholar_agents.validation import read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +31,6 @@ def read_json(path: Path) -> Optional[dict]:
 
 
 def _last_jsonl_row(path: Path) -> Optional[dict]:
-    from scholar_agents.validation import read_jsonl
-
     rows = read_jsonl(path, on_bad=lambda line_no, reason: None)  # a line cut by a killed job is left out
     return rows[-1] if rows else None
 
@@ -55,8 +55,6 @@ def collect_run_records(src: Source, run_dir: Optional[str | Path] = None) -> di
     SFT: ``final/SFT_DONE.json`` (summary), the newest ``checkpoint-N/trainer_state.json`` (log history);
     PPO: the step's ``trainer_state.json`` (config, step), the run dir's ``metrics.json`` / ``metrics.jsonl``;
     both: the Hydra run dir's ``.hydra/config.yaml`` (``export.run_dir`` when it is elsewhere)."""
-    from scholar_agents.train.sft_checkpoints import last_checkpoint
-
     dirs = ([Path(run_dir).expanduser().resolve()] if run_dir else []) + src.record_dirs
     found: dict[str, Path] = {}
     for d in dirs:

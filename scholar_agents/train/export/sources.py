@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from scholar_agents.llm.factory import resolve_model_path
+from scholar_agents.train.sft import FINAL_DIRNAME
+from scholar_agents.train.sft_checkpoints import last_checkpoint
+
 log = logging.getLogger(__name__)
 
 
@@ -39,6 +43,7 @@ def _is_adapter(d: Path) -> bool:
 
 
 def _ppo_checkpoint_root(d: Path) -> Optional[Path]:
+    # lazy: ppo.checkpoint imports torch (importing this module stays light)
     from scholar_agents.train.ppo.checkpoint import LATEST
 
     if (d / LATEST).is_file() or any(d.glob("step_*/COMPLETE")):
@@ -50,9 +55,8 @@ def _ppo_checkpoint_root(d: Path) -> Optional[Path]:
 
 def resolve_source(source: str | Path, base_model: Optional[str] = None) -> Source:
     """Find the model directory inside a training output (the layouts of the package docstring)."""
+    # lazy: ppo.checkpoint imports torch (importing this module stays light)
     from scholar_agents.train.ppo.checkpoint import COMPLETE, latest_checkpoint
-    from scholar_agents.train.sft import FINAL_DIRNAME
-    from scholar_agents.train.sft_checkpoints import last_checkpoint
 
     given = Path(source).expanduser().resolve()
     if not given.is_dir():
@@ -86,8 +90,6 @@ def resolve_source(source: str | Path, base_model: Optional[str] = None) -> Sour
         base = base_model or adapter.get("base_model_name_or_path")
         if not base:
             raise ValueError(f"{d}/adapter_config.json names no base model; pass export.base_model=<HF dir>")
-        from scholar_agents.llm.factory import resolve_model_path
-
         base = resolve_model_path(str(base))
         if not Path(base).is_dir() and (base.startswith(("/", ".", "~")) or os.environ.get("HF_HUB_OFFLINE") == "1"):
             raise FileNotFoundError(f"the adapter's base model {base!r} is not a local directory (moved, or a hub "

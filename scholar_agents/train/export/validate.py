@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from scholar_agents.pasa.prompts import crawler_search_messages, selector_messages
+
 
 def validation_prompts() -> list[list[dict]]:
     """A Selector (Table 15) and a Crawler (Table 7) prompt: what the exported model will be asked."""
-    from scholar_agents.pasa.prompts import crawler_search_messages, selector_messages
-
     query = "Which papers study reinforcement learning for literature search agents?"
     return [
         selector_messages(query, "PaSa: An LLM Agent for Comprehensive Academic Paper Search",

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scholar_agents.train.ppo.rewards import RewardConfig
+from scholar_agents.typed_config import typed
 
 # The estimators' names and the crawl-budget rule live below plan/ (which reads them too), re-exported here
 from scholar_agents.pasa.crawl_budget import (  # noqa: F401  (re-exported)
@@ -194,6 +195,7 @@ class PPOConfig:
                             "ppo.init_value_to_mean_return=%s (value warm-up) are ignored (set to 0 / false)",
                             self.estimator, self.policy_freeze_steps, self.init_value_to_mean_return)
             self.policy_freeze_steps, self.init_value_to_mean_return = 0, False
+        # lazy: imports torch (importing this module, as `scholar plan` does, stays light)
         from scholar_agents.llm.model_init import check_init
 
         if check_init(self.policy_init, "ppo.policy_init") == "random" and (self.ref_model or self.value_model):
@@ -211,6 +213,4 @@ class PPOConfig:
 
 
 def to_ppo_config(node) -> PPOConfig:
-    from scholar_agents.typed_config import typed
-
     return typed(PPOConfig, node, "ppo")

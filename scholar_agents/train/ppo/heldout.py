@@ -12,6 +12,10 @@ import logging
 import time
 from pathlib import Path
 
+from scholar_agents.eval.pasa.rows import agent_rows, gold_in_store
+from scholar_agents.eval.pasa.stats import summarize
+from scholar_agents.pasa.agent import AgentConfig, PaSaAgent
+from scholar_agents.pasa.crawl_env import CrawlEnv
 from scholar_agents.runtime import collectives
 from scholar_agents.train.ppo.tensors import gather_to_main, split_even
 
@@ -23,11 +27,6 @@ def evaluate_heldout(queries, store, search, env_cfg, crawler, tokenizer, rank: 
     """Crawl, gather, summarise; rank 0 writes ``eval_<tag>.jsonl`` (per-query rows) and
     ``trajectories_eval_<tag>.jsonl`` (the crawls, for ``pasa serve``'s trees). Every rank returns after the same
     barrier; only rank 0's dict is filled."""
-    from scholar_agents.eval.pasa.rows import agent_rows, gold_in_store
-    from scholar_agents.eval.pasa.stats import summarize
-    from scholar_agents.pasa.agent import AgentConfig, PaSaAgent
-    from scholar_agents.pasa.crawl_env import CrawlEnv
-
     if not queries:
         return {}
     t0 = time.perf_counter()

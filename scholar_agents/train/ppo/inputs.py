@@ -20,14 +20,17 @@ from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from scholar_agents.data_gen.request_forms import rewrite_query
 from scholar_agents.llm.config import LLMConfig
 from scholar_agents.pasa.crawl_env import CrawlConfig
 from scholar_agents.pasa.crawler import CrawlerConfig
 from scholar_agents.pasa.queries import ScholarQuery, load_queries
+from scholar_agents.pasa.resources import Resources
 from scholar_agents.runtime.cluster import ClusterConfig
 from scholar_agents.train.ppo.config import PPOConfig
 from scholar_agents.train.ppo.known_task import KnownTask
 from scholar_agents.typed_config import typed
+from scholar_agents.validation import UsageError, reading
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +68,6 @@ def train_phrasings(queries: list[ScholarQuery], forms) -> list[ScholarQuery]:
     is trained on how researchers ask, not only on AutoScholarQuery's phrasing. null / [] = as written."""
     if not forms:
         return queries
-    from scholar_agents.data_gen.request_forms import rewrite_query
 
     forms = [forms] if isinstance(forms, str) else list(forms)  # `phrasings=multi_sentence` is one form
     return [rewrite_query(q, form) for q in queries for form in forms]
@@ -74,9 +76,6 @@ def train_phrasings(queries: list[ScholarQuery], forms) -> list[ScholarQuery]:
 def build_ppo_inputs(cfg: DictConfig) -> PPOInputs:
     """The ``train crawler_ppo`` root config -> :class:`PPOInputs` (refusing what PPO cannot train on)."""
     import torch
-
-    from scholar_agents.pasa.resources import Resources
-    from scholar_agents.validation import UsageError, reading
 
     p = typed(PPOConfig, cfg.ppo, "ppo")
     env = typed(CrawlConfig, cfg.crawler.env, "crawler.env")

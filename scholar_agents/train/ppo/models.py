@@ -11,6 +11,10 @@ from pathlib import Path
 
 import torch
 
+from scholar_agents.llm import model_init
+from scholar_agents.llm.attention import resolve_attn_implementation
+from scholar_agents.llm.factory import resolve_model_path
+from scholar_agents.llm.precision import named_torch_dtype
 from scholar_agents.train.ppo.config import PPOConfig
 from scholar_agents.train.ppo.deepspeed_config import (
     fill_deepspeed_config,
@@ -25,8 +29,6 @@ log = logging.getLogger(__name__)
 
 
 def model_dtype(name: str) -> torch.dtype:
-    from scholar_agents.llm.precision import named_torch_dtype
-
     return named_torch_dtype(name, "ppo.model_dtype")
 
 
@@ -65,25 +67,19 @@ def load_tokenizer(resume_from: Path | None, init_path: str):
 
 def attn_implementation(p: PPOConfig) -> str | None:
     """ppo.attn_implementation resolved (``auto``: flash attention where it imports, else sdpa; logged once)."""
-    from scholar_agents.llm.attention import resolve_attn_implementation
-
     return resolve_attn_implementation(p.attn_implementation, "ppo.attn_implementation")
 
 
 def load_causal_lm(p: PPOConfig, path, init: str = "pretrained"):
-    from scholar_agents.llm.model_init import load_causal_lm as load
-
     kwargs = {"dtype": model_dtype(p.model_dtype)}
     if attn_implementation(p):
         kwargs["attn_implementation"] = attn_implementation(p)
-    return load(path, init, seed=p.seed, **kwargs)  # init: ppo.policy_init
+    return model_init.load_causal_lm(path, init, seed=p.seed, **kwargs)  # init: ppo.policy_init
 
 
 def build_policy_and_value(p: PPOConfig, init_path: str, resume_from: Path | None, device,
                            zero3: bool) -> PolicyAndValue:
     """π_θ (LoRA on the starting model, or all of it) and V̂_φ, from the starting checkpoint or ``resume_from``."""
-    from scholar_agents.llm.factory import resolve_model_path
-
     saved = resume_from
     if p.lora.enabled:
         from peft import LoraConfig, PeftModel, get_peft_model

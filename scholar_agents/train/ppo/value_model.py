@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from scholar_agents.llm.model_init import load_base_model
 from scholar_agents.train.ppo.config import VALUE_HEADS
 
 log = logging.getLogger(__name__)
@@ -81,8 +82,6 @@ class ValueModel(nn.Module):
                         attn_implementation: str | None = None, init: str = "pretrained") -> ValueModel:
         """A causal-LM or base-model checkpoint (a fresh head, seeded), or a directory written by
         :meth:`save_pretrained` (the saved head). ``init="random"``: the backbone drawn from ``path``'s config."""
-        from scholar_agents.llm.model_init import load_base_model
-
         kwargs = {"dtype": dtype}
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
