@@ -50,6 +50,7 @@ from scholar_agents.llm.attention import resolve_attn_implementation
 from scholar_agents.llm.factory import resolve_model_path  # embedded:smollm2 -> its converted HF dir
 from scholar_agents.llm.precision import DTYPE_NAMES, cpu_supports_bf16, named_torch_dtype
 from scholar_agents.runtime.preemption import PreemptionHandler, restart_count, trainer_callback
+from scholar_agents.runtime.torch_extensions import check_no_stale_build_lock
 from scholar_agents.train.sft_checkpoints import checkpoint_dirs, checkpoint_to_resume, marker_callback
 from scholar_agents.train.sft_data import LOSS_ON, drop_overlong, prepare_examples, read_chat_jsonl
 from scholar_agents.validation import UsageError
@@ -283,6 +284,8 @@ def build_trainer(cfg: SFTRecipeConfig | DictConfig, logging_cfg: DictConfig | N
     if attn:
         model_init_kwargs["attn_implementation"] = attn
 
+    if cfg.deepspeed:  # DeepSpeed JIT-builds its ops: a killed build's lock would hang the Trainer's start forever
+        check_no_stale_build_lock()
     args = SFTConfig(
         output_dir=str(output_dir),
         run_name=cfg.run_name,
