@@ -9,6 +9,10 @@ from __future__ import annotations
 import importlib
 import sys
 
+from scholar_agents.hydra_app import run_task
+from scholar_agents.runtime import stack_dump
+from scholar_agents.runtime.library_bars import library_bars_off_unless_terminal
+
 # (group, command) -> ("module:function", root config name, one-line description)
 COMMANDS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("papers", "build"): ("scholar_agents.papers.commands:build", "papers_build", "load corpus files into the paper store and build search indexes"),
@@ -79,11 +83,7 @@ def resolve(argv: list[str]) -> tuple[tuple[str, str], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from scholar_agents.runtime.library_bars import library_bars_off_unless_terminal
-
     library_bars_off_unless_terminal()  # first: tqdm reads TQDM_DISABLE when it is imported, and the task imports it
-    from scholar_agents.hydra_app import run_task
-    from scholar_agents.runtime import stack_dump
 
     stack_dump.install()  # `kill -QUIT <pid>`: every thread's stack to stderr, the job goes on
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     prog = f"scholar {group} {command}"
     run_task(task, config_name, rest, prog=prog)
     if "torch.distributed" in sys.modules:  # a training job under torchrun / srun started a process group
+        # lazy: imports torch (the CLI starts without it)
         from scholar_agents.runtime.collectives import close_before_exit
 
         close_before_exit()

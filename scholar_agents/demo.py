@@ -24,6 +24,14 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from scholar_agents.eval.metrics import roc_auc
+from scholar_agents.eval.pasa.report import comparisons_table, crawler_pairs_table, markdown_table
+from scholar_agents.eval.pasa.rows import WHOLE_CORPUS_SUFFIX
+from scholar_agents.eval.selector import scorer_table
+from scholar_agents.llm import build_llm
+from scholar_agents.papers.corpus import to_papers_config
+from scholar_agents.papers.store import PaperStore
+from scholar_agents.pasa.selectors.llm import Selector, SelectorPair
 from scholar_agents.runtime.run_dir import run_dir
 from scholar_agents.validation import UsageError, read_jsonl
 
@@ -73,12 +81,6 @@ def _search_metrics(results_path: Path, gold: dict[str, set[str]], ks: list[int]
 def _select_stage(cfg: DictConfig, search_results: Path, gold: dict[str, set[str]], out: Path) -> dict[str, Any]:
     """Score each query's top hits with the Selector (SmolLM2, one forward pass per pair: P("True")) and measure
     how well P("True") separates gold papers from the other hits (AUC) — the untrained base model's baseline."""
-    from scholar_agents.eval.metrics import roc_auc
-    from scholar_agents.llm import build_llm
-    from scholar_agents.papers.corpus import to_papers_config
-    from scholar_agents.papers.store import PaperStore
-    from scholar_agents.pasa.selectors.llm import Selector, SelectorPair
-
     data = json.loads(search_results.read_text())
     pcfg = to_papers_config(cfg.papers)
     pairs, labels = [], []
@@ -166,8 +168,6 @@ def _plot_recall(search: dict[str, dict[str, Any]], ks: list[int], path: Path) -
 
 def _selector_section(out: Path) -> list[str]:
     """The base and the tuned Selector on the held-out pairs, beside the zero-shot baselines."""
-    from scholar_agents.eval.selector import scorer_table
-
     names = ("eval_selector_base", "eval_selector_tuned", "eval_selector_embedding")
     found = {n: json.loads((out / n / "metrics.json").read_text())
              for n in names if (out / n / "metrics.json").is_file()}
@@ -246,9 +246,6 @@ def _shipped_crawler_section(asset_dir: Path | None = None) -> list[str]:
 
 def _pasa_section(out: Path) -> list[str]:
     """The held-out `eval pasa` rows: agents after SFT / PPO beside search-only, with intervals, both settings."""
-    from scholar_agents.eval.pasa.report import comparisons_table, crawler_pairs_table, markdown_table
-    from scholar_agents.eval.pasa.rows import WHOLE_CORPUS_SUFFIX
-
     path = out / "eval_pasa" / "summary.json"
     if not path.is_file():
         return []

@@ -15,6 +15,17 @@ from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
+from scholar_agents.runtime.cuda_check import cuda_refusal
+from scholar_agents.runtime.library_bars import library_bars_off_unless_terminal
+from scholar_agents.runtime.preemption import (
+    NETWORK_VARS,
+    TORCH_DIST_VARS,
+    export_network_env,
+    export_torch_distributed_env,
+)
+from scholar_agents.typed_config import typed
+from scholar_agents.validation import UsageError
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 CONF_DIR = PACKAGE_DIR / "conf"
 log = logging.getLogger(__name__)
@@ -52,6 +63,7 @@ def register_configs() -> None:
     """Register every structured-config schema (``base_<group>``) so YAML presets are type-checked."""
     from hydra.core.config_store import ConfigStore
 
+    # lazy: config_schemas imports tqdm, which must load after library_bars_off_unless_terminal() (cli.main, _main)
     from scholar_agents.config_schemas import SCHEMAS
 
     cs = ConfigStore.instance()
@@ -93,15 +105,6 @@ def task_environment(cfg: DictConfig):
     restored afterwards, so in-process callers (tests, notebooks) do not leak RANK / WANDB_MODE into later work (a
     Slurm job submitted later inherits the environment). Here rather than in each command: every training and
     generation command passes through it, and the check reads only the composed config."""
-    from scholar_agents.runtime.cuda_check import cuda_refusal
-    from scholar_agents.runtime.preemption import (
-        NETWORK_VARS,
-        TORCH_DIST_VARS,
-        export_network_env,
-        export_torch_distributed_env,
-    )
-    from scholar_agents.validation import UsageError
-
     refusal = cuda_refusal(cfg)
     if refusal:
         raise UsageError(refusal)
@@ -130,9 +133,8 @@ def check_schemas(cfg: DictConfig) -> None:
     dataclass before the task starts: a value its ``__post_init__`` refuses (``ppo.estimator=foo``,
     ``crawler.env.max_actions=-1``) ends the command in one line before any model, index or crawl is loaded, not
     when the task reaches that group. What the conversion cannot judge on its own is left to the task."""
+    # lazy: config_schemas imports tqdm, which must load after library_bars_off_unless_terminal() (cli.main, _main)
     from scholar_agents.config_schemas import SCHEMAS
-    from scholar_agents.typed_config import typed
-    from scholar_agents.validation import UsageError
 
     by_group: dict[str, list] = {}
     for group, _, cls in SCHEMAS:
@@ -155,8 +157,6 @@ def usage_errors_in_one_line(prog: str):
     stderr and exit status 2. Caught inside the Hydra task, because Hydra turns a task's exception into a stripped
     traceback and exit status 1; SystemExit passes through it. ``HYDRA_FULL_ERROR=1`` (Hydra's own switch) re-raises
     instead, so Hydra prints the full trace."""
-    from scholar_agents.validation import UsageError
-
     try:
         yield
     except UsageError as e:
@@ -179,8 +179,6 @@ def run_task(task: Callable[[DictConfig], object], config_name: str, argv: list[
 
     def _main(cfg: DictConfig) -> object:
         # Runs where the task runs: this process, or a submitit launcher's job (one srun task per rank).
-        from scholar_agents.runtime.library_bars import library_bars_off_unless_terminal
-
         _register_resolvers()  # (a submitit job is a fresh process that only unpickled this function)
         set_run_dir(cfg)
         # again where the task runs (a submitit job's stderr is its Slurm file; an in-process caller skipped the CLI)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import fields, is_dataclass
 from typing import Any, TypeVar
 
+from scholar_agents.validation import UsageError
+
 T = TypeVar("T")
 
 
@@ -29,7 +31,6 @@ def typed(cls: type[T], node: Any, what: str | None = None) -> T:
         node = OmegaConf.to_container(OmegaConf.structured(node), resolve=True)
     else:
         node = dict(node)
-    from scholar_agents.validation import UsageError
 
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(node) - known)

@@ -31,11 +31,15 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from scholar_agents.runtime.run_dir import run_dir
 from scholar_agents.data_gen.academiceval import Case, load_cases
+from scholar_agents.eval.academiceval_plots import plot_abstraction, plot_curves, plot_precision_recall
 from scholar_agents.eval.rouge import rouge_l_f1
 from scholar_agents.eval.winrate import PairOutcome, bootstrap_ci, judge_pairs, soft_scores, summarize
+from scholar_agents.llm import build_llm
+from scholar_agents.llm.embedder import build_embedder
+from scholar_agents.runtime.run_dir import run_dir
 from scholar_agents.thought.algorithm import Query, StepResult, ThoughtRetriever
+from scholar_agents.thought.chunking import truncate_tokens
 from scholar_agents.thought.config import thought_config
 from scholar_agents.thought.ingest import add_documents
 from scholar_agents.thought.memory import Memory
@@ -84,8 +88,6 @@ def prequery_sources(case: Case, excerpt_tokens: int, tokenizer) -> list[PreQuer
     """What pre-query generation may see. Abstract tasks: title + a main-content excerpt (the abstract is the
     label); Related-multi: title + abstract (the query itself), a pseudo-title from the abstract when the source
     has no title (CiteBench)."""
-    from scholar_agents.thought.chunking import truncate_tokens
-
     if case.task == "related_multi":
         title = case.title or _pseudo_title(case.query_abstract)
         return [PreQuerySource(title, case.query_abstract, sentences_of(case.query_abstract), True)]
@@ -393,10 +395,6 @@ def report_markdown(results: list[dict], meta: dict) -> str:
 
 
 def evaluate(cfg: DictConfig) -> dict:
-    from scholar_agents.eval.academiceval_plots import plot_abstraction, plot_curves, plot_precision_recall
-    from scholar_agents.llm import build_llm
-    from scholar_agents.llm.embedder import build_embedder
-
     if not cfg.datasets:
         raise ValueError("eval academiceval needs datasets=[{name, path, task?, limit?}] "
                          "(data_gen academiceval builds them)")

@@ -14,6 +14,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from scholar_agents.eval.metrics import roc_auc
+
 
 @dataclass(frozen=True)
 class BootstrapConfig:
@@ -97,8 +99,6 @@ def auc_diff_by_query(labels: Sequence[bool], a: Sequence[float], b: Sequence[fl
     """ROC AUC(a) − AUC(b) on the same labelled pairs, with a cluster-bootstrap interval: whole queries (``groups``)
     are resampled, so the pairs of one query move together, and both scorers are read on the same resample. A
     resample with one class only is skipped (counted in neither AUC)."""
-    from scholar_agents.eval.metrics import roc_auc
-
     y = np.asarray(labels, dtype=bool)
     sa, sb = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if not (len(y) == len(sa) == len(sb) == len(groups)):

@@ -20,9 +20,13 @@ from typing import Any
 
 import numpy as np
 
+from scholar_agents.llm import build_llm
 from scholar_agents.llm.base import LLM, SamplingParams
 from scholar_agents.llm.constraints import OutputConstraint
+from scholar_agents.runtime.run_dir import run_dir
 from scholar_agents.scipip.config import IdeaJudgeConfig
+from scholar_agents.typed_config import typed
+from scholar_agents.validation import UsageError
 
 RATED = ("novelty", "clarity", "feasibility", "relevance")
 METRICS = (*RATED, "helpfulness")
@@ -378,15 +382,9 @@ def eval_ideas(cfg) -> dict:
     """``scholar eval ideas``: LLM-judge ratings (Table 1), % >= 4 (Table 2) and pairwise win rates for an ideas.json."""
     from pathlib import Path
 
-    from scholar_agents.llm import build_llm
-    from scholar_agents.runtime.run_dir import run_dir
-    from scholar_agents.typed_config import typed
-
     judge_cfg = typed(IdeaJudgeConfig, cfg.scipip.judge, "scipip.judge")
     path = Path(str(cfg.ideas_path))
     if not path.is_file():
-        from scholar_agents.validation import UsageError
-
         raise UsageError(f"ideas_path={str(path)!r}: no such file; run `scholar scipip ideas` first")
     data = json.loads(path.read_text(encoding="utf-8"))
     out = run_dir(cfg)

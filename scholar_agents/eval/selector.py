@@ -23,11 +23,18 @@ from typing import Optional, Sequence
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from scholar_agents.data_gen.pasa_release import load_sft_selector
+from scholar_agents.data_gen.request_forms import rewrite
 from scholar_agents.eval.bootstrap import auc_diff_by_query
 from scholar_agents.eval.metrics import binary_metrics, reliability_curve, roc_auc
+from scholar_agents.eval.plots import reliability_diagram
+from scholar_agents.eval.selector_baselines import baseline_scores, min_max
+from scholar_agents.llm import build_llm
+from scholar_agents.llm.embedder import build_embedder
 from scholar_agents.pasa.selectors.factory import build_selector, needs_llm, selector_kind
 from scholar_agents.pasa.selectors.llm import SelectorPair
-from scholar_agents.validation import jsonl_records
+from scholar_agents.runtime.run_dir import run_dir
+from scholar_agents.validation import existing_file, jsonl_records, one_of, optional_positive_int, positive_int, reading
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +80,6 @@ def load_labelled_pairs(path: str | Path, fmt: str = "auto", limit: Optional[int
     if fmt == "messages":
         # The one reader of PaSa's SFT format (data_gen.pasa_release): Table 15 fields back out of the prompt,
         # the label = the answer's decision token.
-        from scholar_agents.data_gen.pasa_release import load_sft_selector
-
         pairs = [SelectorPair(query=ex.user_query, title=ex.title, abstract=ex.abstract, label=ex.decision)
                  for ex in load_sft_selector(path, limit=limit)]
     else:
@@ -172,12 +177,6 @@ def markdown_report(name: str, m: dict, meta: dict, baselines: Optional[dict[str
 def selector(cfg: DictConfig) -> dict:
     """Score every labelled pair with one forward pass each, then write ``metrics.json``, ``report.md``,
     ``reliability.png`` and ``scores.jsonl`` to the run directory."""
-    from scholar_agents.eval.plots import reliability_diagram
-    from scholar_agents.runtime.run_dir import run_dir
-    from scholar_agents.llm import build_llm
-
-    from scholar_agents.validation import existing_file, one_of, optional_positive_int, positive_int, reading
-
     path = existing_file(cfg.data.get("path"), "data.path")
     one_of(cfg.data.format, "data.format", FORMATS)
     limit = optional_positive_int(cfg.data.get("limit"), "data.limit", "the first N pairs; null = all")
@@ -188,8 +187,6 @@ def selector(cfg: DictConfig) -> dict:
     phrasing = str(cfg.data.get("phrasing") or "original")
     if phrasing != "original":  # the same pairs, each query asked in a request form (data_gen.request_forms)
         import dataclasses
-
-        from scholar_agents.data_gen.request_forms import rewrite
 
         pairs = [dataclasses.replace(p, query=rewrite(p.query, phrasing)) for p in pairs]
     found_by = cfg.data.get("found_by")
@@ -260,15 +257,11 @@ def selector(cfg: DictConfig) -> dict:
 def _baselines(cfg: DictConfig, pairs: list[SelectorPair], labels: np.ndarray
                ) -> tuple[dict[str, np.ndarray], dict[str, dict], dict[str, str]]:
     """Raw scores, metrics and report labels of the configured zero-shot baselines (``baselines: []`` = none)."""
-    from scholar_agents.eval.selector_baselines import baseline_scores, min_max
-
     names = list(cfg.get("baselines") or [])
     if not names:
         return {}, {}, {}
 
     def embedder():
-        from scholar_agents.llm.embedder import build_embedder
-
         return build_embedder(cfg.embedder)
 
     raw = baseline_scores(pairs, names, embedder)

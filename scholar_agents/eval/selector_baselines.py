@@ -17,6 +17,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from scholar_agents.papers.bm25 import BM25Search
+from scholar_agents.papers.dated_docs import DatedDocs
 from scholar_agents.pasa.selectors.llm import SelectorPair
 
 BASELINES = ("minilm_cosine", "bm25")
@@ -51,9 +53,6 @@ def cosine_scores(pairs: Sequence[SelectorPair], embedder) -> np.ndarray:
 
 def bm25_scores(pairs: Sequence[SelectorPair], k1: float = 1.5, b: float = 0.75) -> np.ndarray:
     """BM25(query, title + abstract) per pair over an index of the eval set's distinct papers (0 = no word shared)."""
-    from scholar_agents.papers.bm25 import BM25Search
-    from scholar_agents.papers.dated_docs import DatedDocs
-
     docs = list(dict.fromkeys(paper_text(p) for p in pairs))
     index = BM25Search.build(DatedDocs([str(i) for i in range(len(docs))], [""] * len(docs)), docs, k1=k1, b=b)
     di = {d: i for i, d in enumerate(docs)}

@@ -17,6 +17,9 @@ from typing import Sequence
 
 import numpy as np
 
+from scholar_agents.llm import SamplingParams
+from scholar_agents.llm.constraints import OutputConstraint
+
 FIRST, SECOND, TIE = 1, 2, 0
 # Figure 14's two allowed answers, as a choice constraint (judge.constrained, mode=generate): parse_verdict reads
 # both, so a constrained judge always gives a verdict (and never a tie, which Figure 14 does not offer either).
@@ -135,9 +138,6 @@ def judge_pairs(llm, prompt_fn, references: Sequence[str], answers_a: Sequence[s
     compares the next-token probabilities of "1" and "2": a verdict every time, still asked in both orders so
     that a position preference shows up as inconsistency. ``constrained`` (generate mode) decodes one of
     ``VERDICTS``; forced_choice needs no constraint (it scores the two candidate tokens, it generates nothing)."""
-    from scholar_agents.llm import SamplingParams
-    from scholar_agents.llm.constraints import OutputConstraint
-
     n = len(references)
     if not len(answers_a) == len(answers_b) == n:
         raise ValueError("references, answers_a and answers_b must have the same length")

@@ -16,6 +16,8 @@ import json
 import logging
 from pathlib import Path
 
+from scholar_agents.llm.embedded import convert_once, default_cache_dir
+
 log = logging.getLogger(__name__)
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -65,8 +67,6 @@ def apply_adapter(model, adapter_dir: str | Path):
 def merged_checkpoint(model_path: str, adapter_dir: str | Path, cache_dir: str | Path | None = None) -> Path:
     """A plain HF checkpoint of ``model_path`` + the adapter, merged once per (base, adapter) into
     ``<cache>/models/merged/<adapter dir name>-<fingerprint>`` (for vLLM, which then loads it as any model)."""
-    from scholar_agents.llm.embedded import convert_once, default_cache_dir
-
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     base_key = hashlib.sha256(str(Path(model_path).resolve()).encode()).hexdigest()[:8]
     target = root / "models" / "merged" / f"{Path(adapter_dir).name}-{adapter_fingerprint(adapter_dir)}-{base_key}"

@@ -15,12 +15,15 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from scholar_agents.llm.adapters import adapter_fingerprint, apply_adapter
+from scholar_agents.llm.attention import resolve_attn_implementation
 from scholar_agents.llm.base import LLM, Completion, Generation, Prompt, SamplingParams, repetition_controls
 from scholar_agents.llm.cache import model_identity
 from scholar_agents.llm.cancel import current_event, raise_if_cancelled
 from scholar_agents.llm.completions import build_completion, end_of_sequence_ids
 from scholar_agents.llm.config import LLMConfig
 from scholar_agents.llm.constraints import OutputConstraint, warn_unconstrained
+from scholar_agents.llm.model_init import load_causal_lm
 from scholar_agents.llm.precision import resolve_device, resolve_torch_dtype
 from scholar_agents.runtime.progress import progress_bar
 
@@ -88,13 +91,9 @@ class HFBackend(LLM):
         self._tokenizer = tok
         # With an adapter: merged in fp32 (a small low-rank delta added to bf16 weights would be rounded away, as
         # train/sft.py's save_final notes), then cast to the serving dtype.
-        from scholar_agents.llm.attention import resolve_attn_implementation
-
         attn = resolve_attn_implementation(cfg.attn_implementation, "llm.attn_implementation")
         attn_kw = {"attn_implementation": attn} if attn else {}
         if cfg.init == "random":  # llm.init=random: seeded random weights from the config (llm/model_init.py)
-            from scholar_agents.llm.model_init import load_causal_lm
-
             # drawn where it will run: a CPU draw of a 7B-shaped model in bf16 takes tens of seconds on a GPU node
             with torch.device(self.device):
                 self.model = load_causal_lm(model_path, "random", seed=cfg.seed,
@@ -105,8 +104,6 @@ class HFBackend(LLM):
                 trust_remote_code=cfg.trust_remote_code, **attn_kw
             )
         if adapter is not None:  # llm.adapter: a LoRA adapter merged into the weights (llm/adapters.py)
-            from scholar_agents.llm.adapters import apply_adapter
-
             self.model = apply_adapter(self.model, adapter).to(self.dtype)
         self.model = self.model.to(self.device)
         self.model.eval()
@@ -117,8 +114,6 @@ class HFBackend(LLM):
         if cfg.init == "random":  # never share cached responses with the checkpoint's own weights
             self.model_id += f"|random:{cfg.seed}"
         if adapter is not None:
-            from scholar_agents.llm.adapters import adapter_fingerprint
-
             self.model_id += f"|adapter:{adapter_fingerprint(adapter)}"
         self.adapter = None if adapter is None else str(adapter)
         self._grammar_compiler = None  # xgrammar's, built on the first constrained request

@@ -9,8 +9,12 @@ import logging
 
 from omegaconf import DictConfig
 
+from scholar_agents.pasa.kinds import check_kinds
 from scholar_agents.pasa.queries import ScholarQuery, load_queries, seeded_query
 from scholar_agents.pasa.resources import Resources, pasa_setup
+from scholar_agents.pasa.search_run import write_search_run
+from scholar_agents.runtime.run_dir import run_dir
+from scholar_agents.validation import UsageError, check_queries_group, optional_positive_int, parse_date, reading
 
 log = logging.getLogger(__name__)
 
@@ -18,15 +22,7 @@ log = logging.getLogger(__name__)
 def search(cfg: DictConfig) -> dict:
     """``scholar pasa search query="..." [before=YYYY-MM-DD]`` or ``queries.path=<PaSa JSONL>``: crawl, select,
     rank; writes ``results.json``, ``results.md`` and ``trajectories.jsonl`` and prints the tables."""
-    from scholar_agents.runtime.run_dir import run_dir
-    from scholar_agents.pasa.search_run import write_search_run
-    from scholar_agents.validation import (
-        UsageError, check_queries_group, optional_positive_int, parse_date, reading,
-    )
-
     optional_positive_int(cfg.get("top"), "top", "rows per query in the printed table; null = all")
-    from scholar_agents.pasa.kinds import check_kinds
-
     check_kinds(cfg)
     setup = pasa_setup(cfg)  # typed once, before any query file is read or anything loads
     res = None

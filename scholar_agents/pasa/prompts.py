@@ -6,6 +6,8 @@ that what is trained is exactly what is served.
 
 from __future__ import annotations
 
+from scholar_agents.llm.constraints import json_text
+
 # Table 7: the prompt for the teacher LLM to generate search queries from the user query (imitation data).
 SEARCH_QUERY_GENERATION = (
     "You are an elite researcher in the field of AI, please generate some mutually exclusive queries in a list to "
@@ -150,8 +152,6 @@ def autoscholarquery_schema(n_citations: int, max_questions: int = 5, max_questi
     """Table 16's answer as a JSON schema (for ``data_gen.constrained``): an array of {"question", "answer"}
     objects whose answers are the passage's own ``\\cite{n}`` markers (the few-shot format), lengths capped so
     the array fits ``max_new_tokens``."""
-    from scholar_agents.llm.constraints import json_text
-
     if n_citations < 1:
         raise ValueError("an AutoScholarQuery passage needs at least one citation")
     return {

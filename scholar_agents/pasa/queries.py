@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from scholar_agents.validation import jsonl_records
+from scholar_agents.papers.ids import norm_id
+from scholar_agents.validation import UsageError, jsonl_records
 
 log = logging.getLogger(__name__)
 
@@ -115,9 +116,6 @@ def seeded_query(store, paper_id: str, question: Optional[str] = None, before: O
                  qid: str = "query") -> ScholarQuery:
     """"More like this": a query seeded with a stored paper — its title as the question (unless one is given), the
     paper itself queued for expansion (``ScholarQuery.seed_papers``). An id the store lacks is a one-line error."""
-    from scholar_agents.papers.ids import norm_id
-    from scholar_agents.validation import UsageError
-
     got = store.get(paper_id) or store.get(norm_id(paper_id))
     if got is None:
         raise UsageError(f"seed_paper={paper_id!r} is not in the paper store {store.path}")

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from scholar_agents.validation import UsageError
+
 RANKINGS = ("selector", "crawl", "fusion")
 RRF_K = 60  # Cormack et al. 2009's constant
 
 
 def check_ranking(name: str, key: str = "agent.ranking") -> str:
     if name not in RANKINGS:
-        from scholar_agents.validation import UsageError
-
         raise UsageError(f"{key} must be one of {', '.join(RANKINGS)}, got {name!r}")
     return name
 

@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 from typing import Optional, Sequence
 
+from scholar_agents.pasa.agent import results_table
+from scholar_agents.pasa.trajectory import write_trajectories
+
 
 def write_search_run(out: Path, results: Sequence, setting: dict, top: Optional[int] = None) -> str:
     """Write the run files of ``results`` (``AgentResult``s) into ``out``; returns the printed tables."""
-    from scholar_agents.pasa.agent import results_table
-    from scholar_agents.pasa.trajectory import write_trajectories
-
     out.mkdir(parents=True, exist_ok=True)
     (out / "setting.json").write_text(json.dumps(setting, indent=1, default=str))
     (out / "results.json").write_text(json.dumps([r.to_dict() for r in results], indent=1, ensure_ascii=False))

@@ -12,6 +12,8 @@ from typing import Optional
 
 from omegaconf import DictConfig
 
+from scholar_agents.pasa.serve.app import create_app
+from scholar_agents.pasa.serve.service import SearchService
 from scholar_agents.validation import UsageError, existing_file
 
 log = logging.getLogger(__name__)
@@ -65,9 +67,6 @@ def check_serve_config(cfg: DictConfig, environ=os.environ) -> Optional[str]:
 def serve(cfg: DictConfig) -> dict:
     """The ``pasa serve`` task: blocks serving until interrupted (Ctrl-C)."""
     import uvicorn
-
-    from scholar_agents.pasa.serve.app import create_app
-    from scholar_agents.pasa.serve.service import SearchService
 
     token = check_serve_config(cfg)
     service = SearchService(cfg)
