@@ -368,7 +368,10 @@ def test_probe_resumes_exactly_after_sigterm(no_slurm, tmp_path):
     try:
         straight = probe(OmegaConf.create({"probe": OmegaConf.structured(SlurmProbeConfig(steps=12)),
                                            "paths": {"output_dir": str(tmp_path / "straight")}}))
-    finally:  # the probe leaves its preemption handler installed (it belongs to the process)
+    finally:  # the probe leaves its preemption handler installed (it belongs to the process): take it out, or a
+        # later test's trainer would take it for its entry's and never install its own
+        if preemption.active() is not None:
+            preemption.active().uninstall()
         for sig, handler in saved.items():
             signal.signal(sig, handler)
     assert 0 < resumed["resumed_from_step"] < 12 and straight["resumed_from_step"] == 0
