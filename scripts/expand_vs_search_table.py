@@ -1,6 +1,7 @@
 """The figures of scripts/expand_vs_search.sh in one table per run: every crawling row (agents, the gold-blind
 oracle with and without following, the hindsight teacher) against every search row at equal paper budget, and the
-agents' ranked top 10 against "search, then Selector re-rank" at the same number of papers (paired 95 % intervals).
+agents' ranked top 10 against "search, then Selector re-rank" at the same number of papers, and each agent row's ranked
+top 10 against the other agent rows of its request form (after RL minus its SFT start; paired 95 % intervals).
 
     python scripts/expand_vs_search_table.py outputs/expand_vs_search          # every run dir below it
 """
@@ -10,6 +11,8 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+
+from scholar_agents.eval.bootstrap import paired_diff
 
 
 def cell(d: dict | None) -> str:
@@ -44,7 +47,34 @@ def run_table(run: Path) -> str:
             out.append(f"| {p['row']} | {p['minus']} | {p['queries']} | {p['queue_mean']:.1f} | "
                        f"{'-' if rerank is None else f'{rerank:.1f}'} | {cell(p['recall_at_10'])} | "
                        f"{cell(p['ndcg_at_10'])} |")
+    out += agent_pairs_table(run)
     return "\n".join(out) + "\n"
+
+
+def _form(row: str) -> str:
+    return row.partition("~")[2]
+
+
+def agent_pairs_table(run: Path) -> list[str]:
+    """The ranked top 10 (recall@10 of the Selector's order) of each agent row minus each other agent row of the
+    same request form, query by query, from the run's per-query rows (the summary pairs crawler recall only)."""
+    per_query = {p.stem: {r["qid"]: r for r in map(json.loads, p.read_text().splitlines()) if r}
+                 for p in sorted((run / "per_query").glob("agent*.jsonl"))}
+    pairs = [(a, b) for a in per_query for b in per_query
+             if a != b and _form(a) == _form(b) and a.startswith(("agent_rl", "agent_related"))
+             and not (b.startswith("agent_rl") and a.startswith("agent_related"))]
+    if not pairs:
+        return []
+    out = ["", "| agent top 10 (Selector order) | minus: agent row | queries | recall@10 | nDCG@10 |",
+           "|---|---|---:|---|---|"]
+    for a, b in pairs:
+        qids = sorted(set(per_query[a]) & set(per_query[b]))
+        cells = []
+        for metric in ("selector_recall_at_10", "selector_ndcg_at_10"):
+            d = paired_diff([per_query[a][q][metric] for q in qids], [per_query[b][q][metric] for q in qids])
+            cells.append(cell({"diff": d.diff, "ci": d.ci}))
+        out.append(f"| {a} | {b} | {len(qids)} | {cells[0]} | {cells[1]} |")
+    return out
 
 
 def main(argv: list[str]) -> int:

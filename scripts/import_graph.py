@@ -1,12 +1,14 @@
 """The package's import graph: circles, imports that climb a floor, and the largest files.
 
     python scripts/import_graph.py            # the report (what docs/DEVELOPING.md "Layers" shows)
-    python scripts/import_graph.py --check    # exit 1 on a circle or an unjustified upward import
+    python scripts/import_graph.py --check    # exit 1 on a circle, an unjustified upward or lazy import
 
 Every ``import`` of a ``scholar_agents`` module counts, at module level or inside a function: a lazy import still
 ties the two files together for a reader. The floors (``FLOORS``) are the layers of docs/DEVELOPING.md; an import
 from a lower floor to a higher one is allowed only with a one-line ``# upward: <why>`` comment on the import line
-or the line above it. tests/test_layers.py runs ``--check``.
+or the line above it. A package import inside a function hides what a file depends on: it is allowed only with a
+``# lazy: <why>`` comment there (a heavy library kept out of start-up, a test's fake looked up late).
+tests/test_layers.py runs ``--check``.
 """
 
 from __future__ import annotations
@@ -76,6 +78,30 @@ def _resolve(mod: str, is_pkg: bool, node: ast.ImportFrom | ast.Import, known: s
     return [m for m in out if m in known]
 
 
+def _reason(lines: list[str], node: ast.stmt, tag: str) -> bool:
+    """A ``tag`` comment (``# upward:``, ``# lazy:``) on the statement's lines or the line above them."""
+    return tag in " ".join(lines[max(0, node.lineno - 2): node.end_lineno or node.lineno])
+
+
+def lazy_in_source(source: str, mod: str, is_pkg: bool, known: set[str]) -> list[tuple[int, bool]]:
+    """(line, justified) for every import of a package module inside a function of one module's source."""
+    lines = source.splitlines()
+    found = []
+    for fn in ast.walk(ast.parse(source)):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and _resolve(mod, is_pkg, node, known):
+                    found.append((node.lineno, _reason(lines, node, "# lazy:")))
+    return sorted(set(found))  # a nested function's imports are walked from each enclosing one
+
+
+def lazy_imports() -> list[tuple[str, int, bool]]:
+    """(importer, line, justified) for every package import inside a function, over the package."""
+    mods = modules()
+    return [(mod, line, ok) for mod, path in mods.items()
+            for line, ok in lazy_in_source(path.read_text(), mod, path.name == "__init__.py", set(mods))]
+
+
 def edges() -> list[tuple[str, str, int, bool]]:
     """(importer, imported, line, justified) for every import of a package module by a package module."""
     mods = modules()
@@ -87,12 +113,11 @@ def edges() -> list[tuple[str, str, int, bool]]:
         for node in ast.walk(tree):
             if not isinstance(node, (ast.Import, ast.ImportFrom)):
                 continue
-            near = " ".join(lines[max(0, node.lineno - 2): node.end_lineno or node.lineno])
             for target in _resolve(mod, path.name == "__init__.py", node, known):
                 # a module importing its own package's API (``from scholar_agents.llm import Completion`` inside
                 # llm/) is the package talking to itself, not an edge between two files
                 if target != mod and not mod.startswith(target + "."):
-                    found.append((mod, target, node.lineno, "# upward:" in near))
+                    found.append((mod, target, node.lineno, _reason(lines, node, "# upward:")))
     return found
 
 
@@ -160,7 +185,8 @@ def largest(n: int = 10) -> list[tuple[int, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 on a circle or an unjustified upward import")
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 on a circle, an unjustified upward import or an unjustified lazy import")
     args = ap.parse_args(argv)
     found = edges()
     circ = circles(found)
@@ -173,12 +199,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"upward imports: {len(up)} ({len(bad)} without a '# upward:' reason)")
     for a, b, line, ok in sorted(set(up)):
         print(f"  {'ok ' if ok else 'BAD'} {a}:{line} -> {b}")
+    lazy = lazy_imports()
+    bad_lazy = [x for x in lazy if not x[2]]
+    print(f"package imports inside functions: {len(lazy)} ({len(bad_lazy)} without a '# lazy:' reason)")
+    for mod, line, _ in bad_lazy:
+        print(f"  BAD {mod}:{line}")
     if unknown_parts():
         print(f"parts with no floor in FLOORS: {', '.join(unknown_parts())}")
     print("largest files:")
     for size, path in largest():
         print(f"  {size:5d}  {path}")
-    if args.check and (circ or bad or unknown_parts()):
+    if args.check and (circ or bad or bad_lazy or unknown_parts()):
         return 1
     return 0
 

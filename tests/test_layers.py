@@ -111,46 +111,25 @@ def test_the_test_import_checker_sees_each_way_of_importing_a_test_module(tmp_pa
     ]
 
 
-def unexplained_lazy_imports(source: str, name: str = "<module>") -> list[int]:
-    """Lines of package imports (``scholar_agents.*`` or relative) inside a function that carry no reason: a comment
-    with "lazy" on the import's line or one of the two lines above it (``# lazy: imports torch``)."""
-    lines = source.splitlines()
-    found = []
-    for fn in ast.walk(ast.parse(source, name)):
-        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        for node in ast.walk(fn):
-            if isinstance(node, ast.ImportFrom):
-                ours = node.level > 0 or (node.module or "").split(".")[0] == "scholar_agents"
-            elif isinstance(node, ast.Import):
-                ours = any(a.name.split(".")[0] == "scholar_agents" for a in node.names)
-            else:
-                continue
-            said = " ".join(lines[max(0, node.lineno - 3): node.lineno]).lower()
-            if ours and not ("#" in said and "lazy" in said.split("#", 1)[1]):
-                found.append(node.lineno)
-    return sorted(set(found))
-
 
 def test_package_imports_sit_at_module_top_unless_a_comment_says_why_not():
-    """A function-local import hides what depends on what: it is kept only for a heavy optional dependency, a test's
-    late lookup or a circle, and says so (``# lazy: ...``)."""
-    package = REPO / "scholar_agents"
-    found = [f"{p.relative_to(REPO)}:{line}" for p in sorted(package.rglob("*.py"))
-             for line in unexplained_lazy_imports(p.read_text(), str(p))]
-    assert found == []
+    """A function-local import hides what depends on what: it is kept only for a heavy optional dependency or a
+    test's late lookup, and says so (``# lazy: ...``)."""
+    assert [f"{mod}:{line}" for mod, line, ok in _graph().lazy_imports() if not ok] == []
 
 
 def test_the_lazy_import_checker_wants_a_reason():
+    known = {"scholar_agents.llm", "scholar_agents.llm.base", "scholar_agents.llm.hf_backend",
+             "scholar_agents.llm.model_init", "scholar_agents.llm.sibling", "scholar_agents.train.sft"}
     source = "\n".join([
-        "from scholar_agents.llm import base",           # module top: fine
+        "from scholar_agents.llm import base",           # module top: not lazy
         "def f():",
         "    from scholar_agents.llm import hf_backend",  # line 3: no reason
         "    # lazy: imports torch",
-        "    from scholar_agents.llm import model_init",  # a reason above
-        "    from . import sibling  # lazy: a circle",     # a reason on the line
+        "    from scholar_agents.llm import model_init",  # line 5: the reason above it
+        "    from . import sibling  # lazy: a test's fake",  # line 6: the reason on the line
         "    import json",                                 # not ours
-        "    x = 1",
-        "    import scholar_agents.train.sft",             # line 9: no reason (line 6's is out of reach)
+        "    import scholar_agents.train.sft",             # line 8: line 6's reason is not its own
     ])
-    assert unexplained_lazy_imports(source) == [3, 9]
+    found = _graph().lazy_in_source(source, "scholar_agents.llm.user", False, known)
+    assert found == [(3, False), (5, True), (6, True), (8, False)]

@@ -16,7 +16,7 @@ STALE_AFTER_S = 20 * 60  # a build takes minutes; twenty without progress is a k
 
 
 class StaleBuildLock(RuntimeError):
-    pass
+    """A JIT build's lock older than any build takes: the run would otherwise wait on it forever."""
 
 
 def extensions_dir() -> Path:

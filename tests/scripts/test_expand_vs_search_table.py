@@ -27,8 +27,16 @@ def test_a_run_becomes_one_table(tmp_path):
                           "rerank_papers_mean": 28.0, "recall_at_10": _diff(0.02, -0.01, 0.05),
                           "ndcg_at_10": _diff(0.03, 0.01, 0.05)}],
     }))
+    # per-query rows of two agents: after RL one query better, two the same as its SFT start
+    (run / "per_query").mkdir()
+    for row, r10 in (("agent_rl", [1.0, 0.5, 0.5]), ("agent_related_sft", [0.0, 0.5, 0.5])):
+        (run / "per_query" / f"{row}.jsonl").write_text("".join(
+            json.dumps({"row": row, "qid": f"q{i}", "selector_recall_at_10": v, "selector_ndcg_at_10": v}) + "\n"
+            for i, v in enumerate(r10)))
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "expand_vs_search_table.py"), str(tmp_path)],
                          capture_output=True, text=True, check=True).stdout
+    assert "| agent_rl | agent_related_sft | 3 | +0.333 (+0.000 to +1.000) tie |" in out
+    assert "| agent_related_sft | agent_rl |" not in out  # after RL minus its start, not the other way round
     assert "#### heldout / whole_corpus" in out
     assert "| oracle | search_bm25 | 3 | 40.0 | 3.00 | 0.400 | +0.200 (+0.100 to +0.300) **above** | " \
            "+0.150 (-0.010 to +0.300) tie |" in out
