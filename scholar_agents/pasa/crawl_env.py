@@ -102,6 +102,10 @@ class CrawlConfig:
     # holds what the search it wraps finds at k, so it is never below it at that depth. Counted per query
     # (QueryTrajectory.user_query_searches), costs one action. false = PaSa (the learned policy alone).
     search_user_query: bool = False
+    # Ours: hits of the user's own words (search_user_query, fallback_search); null = search_k. A user-words k
+    # above search_k makes the Crawler's searches a supplement to the search it wraps: at equal papers its hits then
+    # compete with the wrapped search's next ranks (docs/results/page_vs_search.md).
+    user_query_k: Optional[int] = None
     # Ours (a deviation from PaSa, whose corpus has full text): a paper without sections gets an expand session whose
     # outline is searches derived from the paper (``Title``; ``Key phrase: <phrase>`` for ``related_key_phrases``
     # YAKE phrases of its abstract, n-grams up to ``related_key_phrase_ngram`` words), each run with ``related_k``
@@ -119,6 +123,8 @@ class CrawlConfig:
                              f"got {self.prompt_style!r}")
         if self.search_k < 1:
             raise ValueError(f"search_k must be >= 1, got {self.search_k}")
+        if self.user_query_k is not None and self.user_query_k < 1:
+            raise UsageError(f"crawler.env.user_query_k must be >= 1 or null, got {self.user_query_k}")
         if self.max_depth < 1:
             raise ValueError(f"max_depth must be >= 1, got {self.max_depth}")
         for name in ("max_actions", "max_queue", "max_sessions", "max_gen_tokens"):
@@ -302,6 +308,11 @@ class CrawlEnv:
     def reset(self, queries: Sequence[ScholarQuery], run: int = 0) -> list[QueryState]:
         return [QueryState(q, run, q.before if self.cfg.date_filter else None) for q in queries]
 
+    @property
+    def user_query_k(self) -> int:
+        """Hits of a search of the user's own words (``user_query_k``, else ``search_k``)."""
+        return self.cfg.user_query_k if self.cfg.user_query_k is not None else self.cfg.search_k
+
     def search_before(self, before: Optional[str]) -> Optional[str]:
         """The before-date a [Search] uses: the query's (PaSa §5.1) or none (``search_date_filter: false``)."""
         return before if self.cfg.search_date_filter else None
@@ -472,6 +483,7 @@ class CrawlEnv:
                             sess.session_id)
         seen: set[str] = set()
         n_moves = 0
+        question = " ".join(state.query.question.split()).lower()
         for i, a in enumerate(parsed.actions):
             ar = ActionRecord(a.kind, a.argument, a.start, a.end)
             if spans is not None:
@@ -496,8 +508,9 @@ class CrawlEnv:
                 seen.add(key)
                 n_moves += 1
                 state.moves += 1
-                if a.kind == SEARCH:
-                    search_jobs.append((ar, a.argument, self.search_before(state.before), self.cfg.search_k))
+                if a.kind == SEARCH:  # the user's words, written by the Crawler, are still the user's words
+                    k = self.user_query_k if key == question else self.cfg.search_k
+                    search_jobs.append((ar, a.argument, self.search_before(state.before), k))
                 elif sections[0].related:
                     ar.found_by, ar.searched = RELATED, sections[0].query
                     search_jobs.append((ar, sections[0].query, self.search_before(state.before), self.cfg.related_k))
@@ -507,7 +520,6 @@ class CrawlEnv:
             state.traj.first_search_valid = _first_search_valid(parsed, rec.actions)
             if self.cfg.fallback_search and not any(a.kind == SEARCH and a.status == EXECUTED for a in rec.actions):
                 self._fallback(state, rec, search_jobs)
-            question = " ".join(state.query.question.split()).lower()
             if self.cfg.search_user_query and not any(
                     a.kind == SEARCH and a.status == EXECUTED and " ".join(a.argument.split()).lower() == question
                     for a in rec.actions):
@@ -527,7 +539,7 @@ class CrawlEnv:
             state.traj.user_query_searches += 1
         else:
             state.traj.fallback_searches += 1
-        search_jobs.append((ar, state.query.question, self.search_before(state.before), self.cfg.search_k))
+        search_jobs.append((ar, state.query.question, self.search_before(state.before), self.user_query_k))
 
     @staticmethod
     def _sections(sess: Session, argument: str) -> list[OutlineSection]:

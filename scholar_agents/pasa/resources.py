@@ -328,6 +328,10 @@ class Resources:
                 env_cfg.search_user_query = spec.search_user_query
             if getattr(spec, "related_expand", None) is not None:
                 env_cfg.related_expand = spec.related_expand
+            if getattr(spec, "search_k", None) is not None:
+                env_cfg.search_k = spec.search_k
+            if getattr(spec, "user_query_k", None) is not None:
+                env_cfg.user_query_k = spec.user_query_k
             env_cfg = dataclasses.replace(env_cfg)  # re-checks the overridden rules (related budgets)
         if not self._llms:  # the first agent decides where the engines go
             self.plan_devices(getattr(spec, "crawler_model", None), agent_cfg.use_selector)

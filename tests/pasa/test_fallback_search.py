@@ -10,6 +10,7 @@
 
 import pytest
 
+from scholar_agents.validation import UsageError
 from scholar_agents.pasa.actions import action_constraint, parse_response
 from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
 from scholar_agents.pasa.crawler import Crawler, CrawlerConfig, crawl
@@ -85,6 +86,28 @@ def test_search_user_query_adds_the_wrapped_search_beside_the_crawlers_and_is_co
     [again] = env.reset([QUERY])
     _, [rec2] = run_session(env, [again], f"[Search] {QUERY.question} [Stop]")
     assert not any(a.fallback for a in rec2.actions) and again.traj.user_query_searches == 0
+
+
+def test_user_query_k_sizes_the_search_of_the_users_words_apart_from_the_crawlers(toy):
+    """crawler.env.user_query_k: the user's words get their own number of hits (the wrapped search), the Crawler's
+    searches keep search_k; null = search_k for both; below 1 is refused."""
+    store, search = toy
+    sizes = {}
+    for user_k in (None, 3):
+        env = CrawlEnv(store, search, CrawlConfig(search_k=1, user_query_k=user_k, search_user_query=True))
+        [state] = env.reset([QUERY])
+        _, [rec] = run_session(env, [state], "[Search] message passing [Stop]")
+        [own] = [a for a in rec.actions if a.kind == "search" and not a.fallback]
+        [wrapped] = [a for a in rec.actions if a.fallback]
+        sizes[user_k] = (own.candidates, wrapped.candidates)
+    assert sizes[None] == (1, 1) and sizes[3] == (1, 3)
+    # the Crawler writing the user's words verbatim (the wrapped search is then skipped) searches them at user_query_k
+    env = CrawlEnv(store, search, CrawlConfig(search_k=1, user_query_k=3, search_user_query=True))
+    [state] = env.reset([QUERY])
+    _, [rec] = run_session(env, [state], f"[Search] {QUERY.question.upper()} [Stop]")
+    assert [a.candidates for a in rec.actions if a.kind == "search"] == [3] and not any(a.fallback for a in rec.actions)
+    with pytest.raises(UsageError, match="user_query_k"):
+        CrawlConfig(user_query_k=0)
 
 
 def test_a_request_phrased_query_never_yields_an_empty_search_under_the_grammar(toy, tiny_llm,

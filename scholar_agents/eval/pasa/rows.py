@@ -68,6 +68,9 @@ class RowSpec:
     search_user_query: Optional[bool] = None
     # agent: override crawler.env.related_expand (papers without sections get expand sessions of related searches)
     related_expand: Optional[bool] = None
+    # agent: override crawler.env.search_k (the Crawler's own searches) and crawler.env.user_query_k (the user's words)
+    search_k: Optional[int] = None
+    user_query_k: Optional[int] = None
     # gold_blind_oracle: searches it may keep (null = crawler.env.max_actions); papers of each kept search whose
     # related searches become candidates
     max_searches: Optional[int] = None
