@@ -23,8 +23,8 @@
 # agent's number of papers, into <setting>_page (docs/pasa.md "The page against the search it wraps"; e.g.
 # FORMS=imperative,papers_that,looking_for,show_me for the request forms the related study does not run).
 # SUPPLEMENT_K=<k> (ROWSET=page) adds the page's agent with the Crawler's own searches at k over the user's words at
-# search_k (crawler.env.user_query_k; row agent_k<k>) and the re-rank rows at its number of papers (rerank_*_k<k>):
-# docs/results/page_vs_search.md "A smaller supplement".
+# USER_QUERY_K (default 20, eval pasa's search_k; crawler.env.user_query_k; row agent_k<k>) and the re-rank rows at its
+# number of papers (rerank_*_k<k>): docs/results/page_vs_search.md "A smaller supplement".
 # AGENTS=0 runs only the rows without an LLM (search, oracle, teacher, re-rank at RERANK_K papers): minutes, not hours.
 # Every eval resumes (resume_dir): re-run the same command after an interruption.
 set -euo pipefail
@@ -83,11 +83,13 @@ for set in $SETS; do
     if [ "$ROWSET" = page ]; then
       ROWS="$AGENT,$ROWS"; DIR+=_page
       if [ -n "${SUPPLEMENT_K:-}" ]; then
-        SK=$SUPPLEMENT_K
+        SK=$SUPPLEMENT_K UK=${USER_QUERY_K:-20}
         ROWS+=",{name: agent_k$SK, method: agent, fallback_search: true, search_user_query: true, search_k: $SK,"
-        ROWS+=" user_query_k: 20, label: 'Agent, the Crawler at k=$SK over the user words at k=20'}"
-        case "$ROWS" in *"name: search_hybrid"*) ROWS+=",{name: rerank_hybrid_k$SK, method: search_rerank, search: hybrid, budget_of: agent_k$SK}";; esac
-        ROWS+=",{name: rerank_bm25_k$SK, method: search_rerank, search: bm25, budget_of: agent_k$SK}"
+        ROWS+=" user_query_k: $UK, label: 'Agent, the Crawler at k=$SK over the user words at k=$UK'}"
+        for kind in hybrid bm25; do  # the re-rank of each search the run has, at this row's number of papers
+          case "$ROWS" in *"name: search_$kind,"*)
+            ROWS+=",{name: rerank_${kind}_k$SK, method: search_rerank, search: $kind, budget_of: agent_k$SK}";; esac
+        done
       fi
     else
       ROWS+=",$ORACLE,$ORACLE1,$TEACHER"
