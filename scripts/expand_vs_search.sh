@@ -22,9 +22,15 @@
 # ROWSET=page runs only the page's pipeline (the default agent row) beside the searches and their re-rank at the
 # agent's number of papers, into <setting>_page (docs/pasa.md "The page against the search it wraps"; e.g.
 # FORMS=imperative,papers_that,looking_for,show_me for the request forms the related study does not run).
+# PAGE_DENSE_K (ROWSET=page, default 10: pasa search's crawler.env.dense_search_k): the page's agent row runs the
+# Crawler's searches at that k on a dense or hybrid backend (date-filtered here), the user's words at 20;
+# PAGE_DENSE_K=null = the page as first measured, the Crawler at 20 on every backend (docs/results/page_vs_search.md:
+# its tables before "The rule by backend").
 # SUPPLEMENT_K=<k> (ROWSET=page) adds the page's agent with the Crawler's own searches at k over the user's words at
 # USER_QUERY_K (default 20, eval pasa's search_k; crawler.env.user_query_k; row agent_k<k>) and the re-rank rows at its
 # number of papers (rerank_*_k<k>): docs/results/page_vs_search.md "A smaller supplement".
+# BM25_ONLY=1: every setting searches with BM25 only (search=bm25, no dense or hybrid rows); the date-filtered runs
+# go to <set>/date_filtered_bm25[_page] (the page's rule by backend measured where its BM25 side was not chosen).
 # AGENTS=0 runs only the rows without an LLM (search, oracle, teacher, re-rank at RERANK_K papers): minutes, not hours.
 # Every eval resumes (resume_dir): re-run the same command after an interruption.
 set -euo pipefail
@@ -66,10 +72,14 @@ TEACHER="{name: teacher, method: verified_teacher, label: 'Verified teacher (hin
 # the re-rank rows search as many papers as the related agent's crawl held (query by query), or RERANK_K without agents
 if [ "$AGENTS" = 1 ]; then BUDGET="budget_of: agent_related$RR"; else BUDGET="rerank_k: $RERANK_K"; fi
 [ "$ROWSET" = page ] && { BUDGET="budget_of: agent"; RR=""; }
+PAGE_DENSE_K=${PAGE_DENSE_K:-10}
+if [ "$ROWSET" = page ] && [ "$PAGE_DENSE_K" != null ]; then
+  AGENT="{name: agent, method: agent, fallback_search: true, search_user_query: true, dense_search_k: $PAGE_DENSE_K, label: 'Agent as the page runs it'}"
+fi
 for set in $SETS; do
   if [ "$set" = heldout ]; then QPATH="$OUT/heldout_queries.jsonl"; PHR=("phrasings=[$FORMS]"); else QPATH=$BY_HAND; PHR=(); fi
   for setting in $SETTINGS; do
-    if [ "$setting" = date_filtered ] || [ "$DENSE_WHOLE" = 1 ]; then
+    if [ "${BM25_ONLY:-0}" != 1 ] && { [ "$setting" = date_filtered ] || [ "$DENSE_WHOLE" = 1 ]; }; then
       BEFORE=$DENSE_BEFORE; [ "$setting" = whole_corpus ] && BEFORE=null
       SEARCH=(search=auto search.dense_before="$BEFORE")
       ROWS="{name: search_bm25, method: search, search: bm25},{name: search_hybrid, method: search, search: hybrid},"
@@ -80,6 +90,7 @@ for set in $SETS; do
     fi
     ROWS+="{name: rerank_bm25$RR, method: search_rerank, search: bm25, $BUDGET, label: 'BM25 + Selector re-rank'}"
     DIR="$OUT/$set/$setting"
+    [ "${BM25_ONLY:-0}" = 1 ] && [ "$setting" = date_filtered ] && DIR+=_bm25
     if [ "$ROWSET" = page ]; then
       ROWS="$AGENT,$ROWS"; DIR+=_page
       if [ -n "${SUPPLEMENT_K:-}" ]; then

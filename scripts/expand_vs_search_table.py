@@ -41,12 +41,12 @@ def run_table(run: Path) -> str:
                        f"{cell(p['crawler_recall'])} | |")
     if s.get("rerank_pairs"):
         out += ["", "| agent top 10 (Selector order) | minus: search top 10 or re-rank | queries | agent papers | "
-                "re-ranked papers | recall@10 | nDCG@10 |", "|---|---|---:|---:|---:|---|---|"]
+                "re-ranked papers | recall@10 (agent, minus) | recall@10 | nDCG@10 |", "|---|---|---:|---:|---:|---|---|---|"]
         for p in s["rerank_pairs"]:
-            rerank = p.get("rerank_papers_mean")
+            rerank, r10 = p.get("rerank_papers_mean"), p["recall_at_10"]
             out.append(f"| {p['row']} | {p['minus']} | {p['queries']} | {p['queue_mean']:.1f} | "
-                       f"{'-' if rerank is None else f'{rerank:.1f}'} | {cell(p['recall_at_10'])} | "
-                       f"{cell(p['ndcg_at_10'])} |")
+                       f"{'-' if rerank is None else f'{rerank:.1f}'} | {r10['mean_a']:.3f}, {r10['mean_b']:.3f} | "
+                       f"{cell(r10)} | {cell(p['ndcg_at_10'])} |")
     out += agent_pairs_table(run)
     return "\n".join(out) + "\n"
 

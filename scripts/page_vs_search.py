@@ -42,7 +42,8 @@ REQUESTS = [
 ]
 # the keys of the composed configs whose values change a result list: the page's must equal `pasa search`'s for the
 # page to be "the same agent"; the named ones are the ones a serve preset has overridden in the past
-RESULT_KEYS = ("crawler.env.search_user_query", "crawler.env.fallback_search", "crawler.env.search_k", "agent.ranking")
+RESULT_KEYS = ("crawler.env.search_user_query", "crawler.env.fallback_search", "crawler.env.search_k",
+               "crawler.env.user_query_k", "crawler.env.dense_search_k", "agent.ranking")
 RESULT_GROUPS = ("crawler", "agent", "selector", "search", "expand", "llm", "selector_llm", "embedder", "papers")
 
 

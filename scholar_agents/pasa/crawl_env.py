@@ -36,6 +36,7 @@ Many queries advance together: :meth:`CrawlEnv.next_sessions` takes sessions rou
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import time
@@ -106,6 +107,13 @@ class CrawlConfig:
     # above search_k makes the Crawler's searches a supplement to the search it wraps: at equal papers its hits then
     # compete with the wrapped search's next ranks (docs/results/page_vs_search.md).
     user_query_k: Optional[int] = None
+    # Ours: where the search the agent wraps is dense or hybrid (search=auto resolved), the Crawler's own searches
+    # get this many hits and the user's words keep user_query_k (else search_k): the Crawler supplements the wrapped
+    # search instead of displacing its next ranks. A rewrite adds vocabulary a lexical index lacks, less to a dense
+    # one (query expansion by an LLM: +3 % to +15 % for BM25, smaller gains for dense retrievers; query2doc, Wang et
+    # al. 2023). null = search_k on every backend. Resolved by `for_search` (docs/results/page_vs_search.md "The rule
+    # by backend").
+    dense_search_k: Optional[int] = None
     # Ours (a deviation from PaSa, whose corpus has full text): a paper without sections gets an expand session whose
     # outline is searches derived from the paper (``Title``; ``Key phrase: <phrase>`` for ``related_key_phrases``
     # YAKE phrases of its abstract, n-grams up to ``related_key_phrase_ngram`` words), each run with ``related_k``
@@ -125,6 +133,8 @@ class CrawlConfig:
             raise ValueError(f"search_k must be >= 1, got {self.search_k}")
         if self.user_query_k is not None and self.user_query_k < 1:
             raise UsageError(f"crawler.env.user_query_k must be >= 1 or null, got {self.user_query_k}")
+        if self.dense_search_k is not None and self.dense_search_k < 1:
+            raise UsageError(f"crawler.env.dense_search_k must be >= 1 or null, got {self.dense_search_k}")
         if self.max_depth < 1:
             raise ValueError(f"max_depth must be >= 1, got {self.max_depth}")
         for name in ("max_actions", "max_queue", "max_sessions", "max_gen_tokens"):
@@ -144,6 +154,16 @@ class CrawlConfig:
                 raise UsageError(f"crawler.env.related_expand=true needs bounded budgets (each [Expand] of a paper "
                                  f"without sections adds up to related_k={self.related_k} papers): set "
                                  + ", ".join(f"crawler.env.{n}" for n in unbounded))
+
+    def for_search(self, kind: str) -> "CrawlConfig":
+        """The rules as they run over a backend of ``kind`` (``auto`` resolved): ``dense_search_k`` applied and
+        consumed, so the returned config states the hits each search gets. A new config; ``self`` is unchanged."""
+        if self.dense_search_k is None:
+            return dataclasses.replace(self)
+        if kind not in ("dense", "hybrid"):
+            return dataclasses.replace(self, dense_search_k=None)
+        user_k = self.user_query_k if self.user_query_k is not None else self.search_k
+        return dataclasses.replace(self, search_k=self.dense_search_k, user_query_k=user_k, dense_search_k=None)
 
 
 RELATED = "related"  # found_by of papers a related search added (search hits: the backend's name; references: expand)

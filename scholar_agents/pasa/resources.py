@@ -332,7 +332,10 @@ class Resources:
                 env_cfg.search_k = spec.search_k
             if getattr(spec, "user_query_k", None) is not None:
                 env_cfg.user_query_k = spec.user_query_k
-            env_cfg = dataclasses.replace(env_cfg)  # re-checks the overridden rules (related budgets)
+            if getattr(spec, "dense_search_k", None) is not None:
+                env_cfg.dense_search_k = spec.dense_search_k
+        # re-checks the overridden rules (related budgets) and applies the backend's (dense_search_k)
+        env_cfg = env_cfg.for_search(self.resolved_search_kind())
         if not self._llms:  # the first agent decides where the engines go
             self.plan_devices(getattr(spec, "crawler_model", None), agent_cfg.use_selector)
         row_adapter = getattr(spec, "adapter", None)
@@ -355,7 +358,7 @@ class Resources:
         s = self.setup
         stats = self.store.stats()
         adapter, why = crawler_adapter_for(s.llm, s.crawler_policy)
-        env = s.crawler_env
+        env = s.crawler_env.for_search(self.resolved_search_kind())  # the hits each search gets on this backend
         date = ("none" if not env.date_filter else
                 "before the query date on search and expansion" if env.search_date_filter and env.date_filter_expand
                 else "before the query date on search only (official code)" if env.search_date_filter else
@@ -369,7 +372,11 @@ class Resources:
                                f"({stats['resolved_references']} resolved to stored papers)",
             "expand": (f"{s.expand.kind}: sections fetched on demand into {s.papers.live_store}"
                        if s.expand is not None and s.expand.kind != "store" else "the store's sections"),
-            "search": f"{self.resolved_search_kind()} (k={env.search_k} per [Search]; {self._search_why})"
+            "search": f"{self.resolved_search_kind()} (k={env.search_k} per [Search]"
+                      + (f", {env.user_query_k} for the user's words" if env.user_query_k not in (None, env.search_k)
+                         else "")
+                      + (" (crawler.env.dense_search_k)" if env.search_k != s.crawler_env.search_k else "")
+                      + f"; {self._search_why})"
                       + (f"; dense index over the papers before {s.search.dense_before} (search.dense_before)"
                          if s.search.dense_before else ""),
             "crawler": f"{s.llm.model} ({s.llm.backend})" + (

@@ -110,6 +110,29 @@ def test_user_query_k_sizes_the_search_of_the_users_words_apart_from_the_crawler
         CrawlConfig(user_query_k=0)
 
 
+def test_dense_search_k_sizes_the_crawlers_searches_only_on_a_dense_or_hybrid_backend(toy):
+    """crawler.env.dense_search_k: on dense / hybrid the Crawler's searches get it and the user's words keep
+    user_query_k, else search_k; on BM25 (and when null) nothing changes; the resolved config carries no rule."""
+    store, search = toy
+    cfg = CrawlConfig(search_k=3, dense_search_k=1, search_user_query=True)
+    for kind in ("dense", "hybrid"):
+        ran = cfg.for_search(kind)
+        assert (ran.search_k, ran.user_query_k, ran.dense_search_k) == (1, 3, None)
+    assert CrawlConfig(search_k=3, user_query_k=4, dense_search_k=1).for_search("hybrid").user_query_k == 4
+    bm25 = cfg.for_search("bm25")
+    assert (bm25.search_k, bm25.user_query_k, bm25.dense_search_k) == (3, None, None)
+    assert cfg.dense_search_k == 1  # the preset is not changed
+    plain = CrawlConfig(search_k=3)
+    assert plain.for_search("hybrid") == plain and plain.for_search("hybrid") is not plain
+    # the environment runs what the resolved config says: the Crawler at 1, the user's words at 3
+    env = CrawlEnv(store, search, cfg.for_search("hybrid"))
+    [state] = env.reset([QUERY])
+    _, [rec] = run_session(env, [state], "[Search] message passing [Stop]")
+    assert [(a.fallback, a.candidates) for a in rec.actions if a.kind == "search"] == [(False, 1), (True, 3)]
+    with pytest.raises(UsageError, match="dense_search_k"):
+        CrawlConfig(dense_search_k=0)
+
+
 def test_a_request_phrased_query_never_yields_an_empty_search_under_the_grammar(toy, tiny_llm,
                                                                                   torch_one_thread):
     store, search = toy

@@ -27,6 +27,21 @@ def test_a_pasa_command_types_its_config_at_the_entry_and_a_bad_value_is_one_lin
         pasa_setup(compose("pasa_search", ["crawler.env.search_k=0"]))
 
 
+def test_the_agent_and_its_description_run_the_rule_of_the_backend_it_wraps():
+    """pasa search's crawler.env.dense_search_k: the bundled sample resolves search=auto to hybrid, so its Crawler
+    searches at 10 and the user's words at 20; over BM25 both at 20. The description states what runs."""
+    hybrid = Resources(compose("pasa_search", []))
+    assert hybrid.resolved_search_kind() == "hybrid"
+    desc = hybrid.describe()
+    assert (desc["crawler env"]["search_k"], desc["crawler env"]["user_query_k"]) == (10, 20)
+    assert desc["search"].startswith("hybrid (k=10 per [Search], 20 for the user's words (crawler.env.dense_search_k)")
+    bm25 = Resources(compose("pasa_search", ["search=bm25"])).describe()
+    assert (bm25["crawler env"]["search_k"], bm25["crawler env"]["user_query_k"]) == (20, None)
+    assert bm25["search"].startswith("bm25 (k=20 per [Search]; ")
+    off = Resources(compose("pasa_search", ["crawler.env.dense_search_k=null"])).describe()
+    assert off["crawler env"]["search_k"] == 20
+
+
 def _tree(root):
     """Every entry under ``root`` with its size, mtime and mode: what a write (or a lock file) would change."""
     out = {}

@@ -8,8 +8,8 @@ import sys
 from tests.paths import REPO
 
 
-def _diff(d, lo, hi):
-    return {"n": 3, "mean_a": 0.0, "mean_b": 0.0, "diff": d, "ci": [lo, hi], "verdict": ""}
+def _diff(d, lo, hi, a=0.0):
+    return {"n": 3, "mean_a": a, "mean_b": a - d, "diff": d, "ci": [lo, hi], "verdict": ""}
 
 
 def test_a_run_becomes_one_table(tmp_path):
@@ -24,7 +24,7 @@ def test_a_run_becomes_one_table(tmp_path):
         "crawler_pairs": [{"row": "oracle_no_follow", "minus": "oracle", "queries": 3,
                            "crawler_recall": _diff(-0.1, -0.2, -0.05)}],
         "rerank_pairs": [{"row": "agent", "minus": "rerank_bm25", "queries": 3, "queue_mean": 28.0,
-                          "rerank_papers_mean": 28.0, "recall_at_10": _diff(0.02, -0.01, 0.05),
+                          "rerank_papers_mean": 28.0, "recall_at_10": _diff(0.02, -0.01, 0.05, a=0.5),
                           "ndcg_at_10": _diff(0.03, 0.01, 0.05)}],
     }))
     # per-query rows of two agents: after RL one query better, two the same as its SFT start
@@ -41,7 +41,8 @@ def test_a_run_becomes_one_table(tmp_path):
     assert "| oracle | search_bm25 | 3 | 40.0 | 3.00 | 0.400 | +0.200 (+0.100 to +0.300) **above** | " \
            "+0.150 (-0.010 to +0.300) tie |" in out
     assert "-0.100 (-0.200 to -0.050) **below**" in out  # following nothing loses what following found
-    assert "| agent | rerank_bm25 | 3 | 28.0 | 28.0 | +0.020 (-0.010 to +0.050) tie | +0.030 (+0.010 to +0.050) **above** |" in out
+    assert ("| agent | rerank_bm25 | 3 | 28.0 | 28.0 | 0.500, 0.480 | +0.020 (-0.010 to +0.050) tie | "
+            "+0.030 (+0.010 to +0.050) **above** |") in out
     empty = subprocess.run([sys.executable, str(REPO / "scripts" / "expand_vs_search_table.py"), str(tmp_path / "x")],
                            capture_output=True, text=True)
     assert empty.returncode == 2 and "no run with a summary.json" in empty.stderr

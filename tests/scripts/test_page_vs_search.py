@@ -125,8 +125,9 @@ def test_a_setting_that_changes_results_is_a_difference():
     assert pvs.setting_differences(page, page) == {}
 
 
-def test_the_committed_judgments_say_how_and_why():
-    data = json.loads((TEST_ASSETS / "page_requests_judged.json").read_text())
+@pytest.mark.parametrize("name", ["page_requests_judged.json", "page_requests_judged_by_backend.json"])
+def test_the_committed_judgments_say_how_and_why(name):
+    data = json.loads((TEST_ASSETS / name).read_text())
     assert "blind to source" in data["how_judged"]
     judged = pvs.read_judgments(data)
     assert set(judged) == {rid for rid, _ in pvs.REQUESTS}

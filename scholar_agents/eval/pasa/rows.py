@@ -71,6 +71,9 @@ class RowSpec:
     # agent: override crawler.env.search_k (the Crawler's own searches) and crawler.env.user_query_k (the user's words)
     search_k: Optional[int] = None
     user_query_k: Optional[int] = None
+    # agent: override crawler.env.dense_search_k (the Crawler's searches' hits on a dense or hybrid backend; the
+    # default `agent` row sets it as `pasa search` does)
+    dense_search_k: Optional[int] = None
     # gold_blind_oracle: searches it may keep (null = crawler.env.max_actions); papers of each kept search whose
     # related searches become candidates
     max_searches: Optional[int] = None
