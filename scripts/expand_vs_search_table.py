@@ -57,12 +57,15 @@ def _form(row: str) -> str:
 
 def agent_pairs_table(run: Path) -> list[str]:
     """The ranked top 10 (recall@10 of the Selector's order) of each agent row minus each other agent row of the
-    same request form, query by query, from the run's per-query rows (the summary pairs crawler recall only)."""
+    same request form, query by query, from the run's per-query rows (the summary pairs crawler recall only): after RL
+    minus its start, related minus plain, and a supplement row (``agent_k<k>``) minus the page's ``agent``."""
     per_query = {p.stem: {r["qid"]: r for r in map(json.loads, p.read_text().splitlines()) if r}
                  for p in sorted((run / "per_query").glob("agent*.jsonl"))}
     pairs = [(a, b) for a in per_query for b in per_query
-             if a != b and _form(a) == _form(b) and a.startswith(("agent_rl", "agent_related"))
-             and not (b.startswith("agent_rl") and a.startswith("agent_related"))]
+             if a != b and _form(a) == _form(b) and (
+                 a.startswith(("agent_rl", "agent_related")) and not (b.startswith("agent_rl")
+                                                                     and a.startswith("agent_related"))
+                 or a.startswith("agent_k") and b.partition("~")[0] == "agent")]  # the supplement minus the page
     if not pairs:
         return []
     out = ["", "| agent top 10 (Selector order) | minus: agent row | queries | recall@10 | nDCG@10 |",

@@ -29,7 +29,8 @@ def test_a_run_becomes_one_table(tmp_path):
     }))
     # per-query rows of two agents: after RL one query better, two the same as its SFT start
     (run / "per_query").mkdir()
-    for row, r10 in (("agent_rl", [1.0, 0.5, 0.5]), ("agent_related_sft", [0.0, 0.5, 0.5])):
+    for row, r10 in (("agent_rl", [1.0, 0.5, 0.5]), ("agent_related_sft", [0.0, 0.5, 0.5]),
+                     ("agent", [0.5, 0.5, 0.5]), ("agent_k10", [0.5, 0.5, 0.0])):
         (run / "per_query" / f"{row}.jsonl").write_text("".join(
             json.dumps({"row": row, "qid": f"q{i}", "selector_recall_at_10": v, "selector_ndcg_at_10": v}) + "\n"
             for i, v in enumerate(r10)))
@@ -37,6 +38,8 @@ def test_a_run_becomes_one_table(tmp_path):
                          capture_output=True, text=True, check=True).stdout
     assert "| agent_rl | agent_related_sft | 3 | +0.333 (+0.000 to +1.000) tie |" in out
     assert "| agent_related_sft | agent_rl |" not in out  # after RL minus its start, not the other way round
+    assert "| agent_k10 | agent | 3 | -0.167 (-0.500 to +0.000) tie |" in out  # the supplement minus the page
+    assert "| agent | agent_k10 |" not in out
     assert "#### heldout / whole_corpus" in out
     assert "| oracle | search_bm25 | 3 | 40.0 | 3.00 | 0.400 | +0.200 (+0.100 to +0.300) **above** | " \
            "+0.150 (-0.010 to +0.300) tie |" in out
