@@ -22,7 +22,12 @@ and queues the hits with ``found_by="related"``. One :class:`OutlineSection` lis
 the constrained grammar (``Crawler.constraint``) and the executor; :func:`gets_session` is the one rule deciding
 which papers get a session (the environment, PPO's rollout and ``data_gen crawler_sessions``).
 
-One file (~600 lines) on purpose: the rules (:class:`CrawlConfig`), what a session offers (the outline), the
+Hits per search: ``search_k`` for the Crawler's own, ``user_query_k`` for the user's words (``search_user_query``,
+``fallback_search``, or the Crawler writing them verbatim), ``related_k`` for related searches; over a dense or
+hybrid backend ``dense_search_k`` replaces ``search_k`` (:meth:`CrawlConfig.for_search`, applied by the environment
+to the backend it is given, so every crawl follows the same rule whoever builds it).
+
+One file (~650 lines) on purpose: the rules (:class:`CrawlConfig`), what a session offers (the outline), the
 parser-executor and the queue bookkeeping share :class:`QueryState` and change together; split, every change would
 touch three modules.
 
@@ -162,8 +167,13 @@ class CrawlConfig:
             return dataclasses.replace(self)
         if kind not in ("dense", "hybrid"):
             return dataclasses.replace(self, dense_search_k=None)
-        user_k = self.user_query_k if self.user_query_k is not None else self.search_k
-        return dataclasses.replace(self, search_k=self.dense_search_k, user_query_k=user_k, dense_search_k=None)
+        return dataclasses.replace(self, search_k=self.dense_search_k, user_query_k=self.user_words_k,
+                                   dense_search_k=None)
+
+    @property
+    def user_words_k(self) -> int:
+        """Hits of a search of the user's own words (``user_query_k``, else ``search_k``)."""
+        return self.user_query_k if self.user_query_k is not None else self.search_k
 
 
 RELATED = "related"  # found_by of papers a related search added (search hits: the backend's name; references: expand)
@@ -312,7 +322,8 @@ class CrawlEnv:
                  fulltext=None):
         self.store = store
         self.search = search
-        self.cfg = cfg or CrawlConfig()
+        # the rules as they run over this backend (dense_search_k applied): every crawl, whoever builds it
+        self.cfg = (cfg or CrawlConfig()).for_search(getattr(search, "name", ""))
         self.tokenizer = tokenizer  # aligns actions with generated token ids when given
         # expand=ar5iv|semantic_scholar (papers/live/fulltext.py): fetches the sections of a queued paper the store
         # has none for, just before its S_q+p session; None (expand=store) reads the store as it is.
@@ -327,11 +338,6 @@ class CrawlEnv:
 
     def reset(self, queries: Sequence[ScholarQuery], run: int = 0) -> list[QueryState]:
         return [QueryState(q, run, q.before if self.cfg.date_filter else None) for q in queries]
-
-    @property
-    def user_query_k(self) -> int:
-        """Hits of a search of the user's own words (``user_query_k``, else ``search_k``)."""
-        return self.cfg.user_query_k if self.cfg.user_query_k is not None else self.cfg.search_k
 
     def search_before(self, before: Optional[str]) -> Optional[str]:
         """The before-date a [Search] uses: the query's (PaSa §5.1) or none (``search_date_filter: false``)."""
@@ -529,7 +535,7 @@ class CrawlEnv:
                 n_moves += 1
                 state.moves += 1
                 if a.kind == SEARCH:  # the user's words, written by the Crawler, are still the user's words
-                    k = self.user_query_k if key == question else self.cfg.search_k
+                    k = self.cfg.user_words_k if key == question else self.cfg.search_k
                     search_jobs.append((ar, a.argument, self.search_before(state.before), k))
                 elif sections[0].related:
                     ar.found_by, ar.searched = RELATED, sections[0].query
@@ -559,7 +565,7 @@ class CrawlEnv:
             state.traj.user_query_searches += 1
         else:
             state.traj.fallback_searches += 1
-        search_jobs.append((ar, state.query.question, self.search_before(state.before), self.user_query_k))
+        search_jobs.append((ar, state.query.question, self.search_before(state.before), self.cfg.user_words_k))
 
     @staticmethod
     def _sections(sess: Session, argument: str) -> list[OutlineSection]:

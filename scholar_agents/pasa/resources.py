@@ -334,8 +334,7 @@ class Resources:
                 env_cfg.user_query_k = spec.user_query_k
             if getattr(spec, "dense_search_k", None) is not None:
                 env_cfg.dense_search_k = spec.dense_search_k
-        # re-checks the overridden rules (related budgets) and applies the backend's (dense_search_k)
-        env_cfg = env_cfg.for_search(self.resolved_search_kind())
+        env_cfg = dataclasses.replace(env_cfg)  # re-checks the overridden rules (related budgets)
         if not self._llms:  # the first agent decides where the engines go
             self.plan_devices(getattr(spec, "crawler_model", None), agent_cfg.use_selector)
         row_adapter = getattr(spec, "adapter", None)
@@ -373,7 +372,7 @@ class Resources:
             "expand": (f"{s.expand.kind}: sections fetched on demand into {s.papers.live_store}"
                        if s.expand is not None and s.expand.kind != "store" else "the store's sections"),
             "search": f"{self.resolved_search_kind()} (k={env.search_k} per [Search]"
-                      + (f", {env.user_query_k} for the user's words" if env.user_query_k not in (None, env.search_k)
+                      + (f", {env.user_words_k} for the user's words" if env.user_words_k != env.search_k
                          else "")
                       + (" (crawler.env.dense_search_k)" if env.search_k != s.crawler_env.search_k else "")
                       + f"; {self._search_why})"

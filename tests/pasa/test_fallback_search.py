@@ -10,6 +10,7 @@
 
 import pytest
 
+from scholar_agents.papers.hybrid import HybridSearch
 from scholar_agents.validation import UsageError
 from scholar_agents.pasa.actions import action_constraint, parse_response
 from scholar_agents.pasa.crawl_env import CrawlConfig, CrawlEnv
@@ -124,11 +125,15 @@ def test_dense_search_k_sizes_the_crawlers_searches_only_on_a_dense_or_hybrid_ba
     assert cfg.dense_search_k == 1  # the preset is not changed
     plain = CrawlConfig(search_k=3)
     assert plain.for_search("hybrid") == plain and plain.for_search("hybrid") is not plain
-    # the environment runs what the resolved config says: the Crawler at 1, the user's words at 3
-    env = CrawlEnv(store, search, cfg.for_search("hybrid"))
-    [state] = env.reset([QUERY])
-    _, [rec] = run_session(env, [state], "[Search] message passing [Stop]")
-    assert [(a.fallback, a.candidates) for a in rec.actions if a.kind == "search"] == [(False, 1), (True, 3)]
+    # the environment applies the rule of the backend it is given, whoever builds it (pasa search, PPO, data_gen):
+    # over a hybrid search the Crawler at 1 and the user's words at 3; over BM25 the Crawler's search is not cut (the
+    # toy store holds 2 hits for it)
+    for backend, want in ((HybridSearch([search]), [(False, 1), (True, 3)]), (search, [(False, 2), (True, 3)])):
+        env = CrawlEnv(store, backend, cfg)
+        assert env.cfg.dense_search_k is None
+        [state] = env.reset([QUERY])
+        _, [rec] = run_session(env, [state], "[Search] message passing [Stop]")
+        assert [(a.fallback, a.candidates) for a in rec.actions if a.kind == "search"] == want
     with pytest.raises(UsageError, match="dense_search_k"):
         CrawlConfig(dense_search_k=0)
 
